@@ -19,8 +19,8 @@ import (
 //	    version   INTEGER (1),
 //	    kind      UTF8String,            -- "user" or "bot"
 //	    name      UTF8String,
-//	    clientID  [0] EXPLICIT UTF8String OPTIONAL,
-//	    loginID   [1] EXPLICIT UTF8String OPTIONAL,
+//	    clientID  UTF8String,            -- empty: no application
+//	    loginID   UTF8String,            -- empty: unknown
 //	    traits    SEQUENCE OF Trait      -- sorted by name, names unique
 //	}
 //	Trait ::= SEQUENCE { name UTF8String, values SEQUENCE OF DirectoryString }
@@ -56,8 +56,8 @@ type principalASN1 struct {
 	Version  int
 	Kind     string `asn1:"utf8"`
 	Name     string `asn1:"utf8"`
-	ClientID string `asn1:"optional,omitempty,explicit,tag:0,utf8"`
-	LoginID  string `asn1:"optional,omitempty,explicit,tag:1,utf8"`
+	ClientID string `asn1:"utf8"`
+	LoginID  string `asn1:"utf8"`
 	Traits   []traitASN1
 }
 
