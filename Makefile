@@ -8,7 +8,7 @@ LDFLAGS := -X github.com/limenhq/limen/gateway/buildinfo.Version=$(VERSION) \
            -X github.com/limenhq/limen/gateway/buildinfo.Commit=$(COMMIT)
 TEST_TIMEOUT ?= 25m
 
-.PHONY: help build test unit e2e lint cluster-build cluster-up cluster-down cluster-env
+.PHONY: help build test unit e2e lint cluster-build cluster-up cluster-down cluster-env opa-test bundle bundle-test-key
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -16,7 +16,7 @@ help: ## list the targets
 build: ## build bin/limen
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/limen ./cmd/limen
 
-test: lint cluster-build ## everything CI runs: lint, unit tests, control-plane smoke and e2e tests
+test: lint opa-test cluster-build ## everything CI runs: lint, unit tests, control-plane smoke and e2e tests
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 unit: ## unit tests only (no control plane)
@@ -41,3 +41,22 @@ cluster-down: ## stop the control plane started by cluster-up
 
 cluster-env: ## print the export line for the running control plane
 	@$(GO) run ./test/cluster env
+
+OPA ?= $(GO) tool opa
+# The bundle signing key. The committed default is a TEST key (see bundles/README.md);
+# production builds pass SIGNING_KEY=/path/to/real-key.pem.
+SIGNING_KEY ?= bundles/testkeys/TEST-ONLY-signing-key.pem
+BUNDLE_REVISION ?= $(VERSION)
+
+opa-test: ## Rego: opa fmt, opa check --strict and opa test, with the OPA pinned in go.mod
+	@out=$$($(OPA) fmt --list policies rego_test); \
+	  if [ -n "$$out" ]; then echo "not opa fmt-formatted:"; echo "$$out"; exit 1; fi
+	$(OPA) check --strict policies rego_test
+	$(OPA) test policies rego_test
+
+bundle: ## build and sign bin/limen-bundle.tar.gz from policies/ and bundles/example/ with OPA's build
+	rm -rf $(BIN)/bundle-src && mkdir -p $(BIN)/bundle-src
+	cp policies/*.rego bundles/example/data.json $(BIN)/bundle-src/
+	cd $(BIN)/bundle-src && $(OPA) build --bundle . --revision "$(BUNDLE_REVISION)" \
+	  --signing-key $(abspath $(SIGNING_KEY)) --signing-alg RS256 -o $(abspath $(BIN)/limen-bundle.tar.gz)
+	@echo "signed bundle: $(BIN)/limen-bundle.tar.gz (revision $(BUNDLE_REVISION), key $(SIGNING_KEY))"

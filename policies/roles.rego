@@ -1,0 +1,69 @@
+# METADATA
+# title: Limen role model
+# description: |
+#   Shared rules: which roles are bound to the principal in input, whether a
+#   role selects a cluster, and which group names Limen may ever grant. The
+#   data lives under data.limen.config (see policies/README.md) and is keyed
+#   for direct lookups, so a decision costs the same with ten bindings or ten
+#   thousand.
+package limen.roles
+
+# bound is the set of role names bound to input.principal, by name or by trait.
+bound contains role if {
+	input.principal.kind == "user"
+	some role in data.limen.config.bindings.users[input.principal.name]
+}
+
+bound contains role if {
+	input.principal.kind == "bot"
+	some role in data.limen.config.bindings.bots[input.principal.name]
+}
+
+bound contains role if {
+	some trait, values in input.principal.traits
+	some value in values
+	some role in data.limen.config.bindings.traits[trait][value]
+}
+
+# selects(role, cluster) holds when one of the role's cluster selectors matches cluster.
+selects(role, cluster) if {
+	some sel in data.limen.config.roles[role].clusters
+	matches(sel, cluster)
+}
+
+# matches(sel, cluster): a selector names a cluster ("*" for any), lists labels
+# that must all be equal, or both. A selector with neither matches nothing.
+matches(sel, cluster) if {
+	has_selector(sel)
+	name_ok(sel, cluster)
+	labels_ok(sel, cluster)
+}
+
+has_selector(sel) if sel.name
+
+has_selector(sel) if count(sel.labels) > 0
+
+name_ok(sel, _) if not sel.name
+
+name_ok(sel, _) if sel.name == "*"
+
+name_ok(sel, cluster) if sel.name == cluster.name
+
+labels_ok(sel, _) if not sel.labels
+
+labels_ok(sel, cluster) if {
+	is_object(sel.labels)
+	every key, value in sel.labels {
+		cluster.labels[key] == value
+	}
+}
+
+# valid_group(g) holds for group names Limen may grant: 1-253 characters of
+# letters, digits and ":._@-", starting with a letter or digit, and never in
+# the "system:" namespace that Kubernetes reserves for itself.
+valid_group(g) if {
+	is_string(g)
+	count(g) <= 253
+	not startswith(lower(g), "system:")
+	regex.match(`^[A-Za-z0-9][A-Za-z0-9:._@-]*$`, g)
+}

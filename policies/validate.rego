@@ -1,0 +1,151 @@
+# METADATA
+# title: Limen policy data validation
+# description: |
+#   errors: every problem in data.limen.config, one message each. Limen
+#   refuses to activate a bundle while this set is not empty, so a typo or a
+#   system: group never reaches a decision.
+package limen.validate
+
+import data.limen.roles
+
+# config is the policy data; absent data is an empty (granting nothing) config.
+default config := {}
+
+config := data.limen.config
+
+errors contains "data.limen.config must be an object with \"roles\" and \"bindings\"" if {
+	not is_object(config)
+}
+
+errors contains sprintf("data.limen.config has unknown key %q (allowed: roles, bindings)", [key]) if {
+	some key, _ in config
+	not key in {"roles", "bindings"}
+}
+
+errors contains sprintf("role %q must be an object with \"groups\" and \"clusters\"", [name]) if {
+	some name, role in config.roles
+	not is_object(role)
+}
+
+errors contains sprintf("role %q has unknown key %q (allowed: description, groups, clusters, admin)", [name, key]) if {
+	some name, role in config.roles
+	some key, _ in role
+	not key in {"description", "groups", "clusters", "admin"}
+}
+
+errors contains sprintf("role %q: \"groups\" must be a list of group names", [name]) if {
+	some name, role in config.roles
+	not is_array(object.get(role, "groups", []))
+}
+
+errors contains sprintf("role %q grants group %v: groups starting with \"system:\" are reserved for Kubernetes", [name, g]) if {
+	some name, role in config.roles
+	some g in role.groups
+	is_string(g)
+	startswith(lower(g), "system:")
+}
+
+errors contains sprintf("role %q grants %v: not a well-formed group name (letters, digits and \":._@-\", at most 253)", [name, g]) if {
+	some name, role in config.roles
+	some g in role.groups
+	not startswith(lower(sprintf("%v", [g])), "system:")
+	not roles.valid_group(g)
+}
+
+errors contains sprintf("role %q: \"clusters\" must be a list of selectors", [name]) if {
+	some name, role in config.roles
+	not is_array(object.get(role, "clusters", []))
+}
+
+errors contains sprintf("role %q: cluster selector %d must be an object", [name, i]) if {
+	some [name, i, sel] in selectors
+	not is_object(sel)
+}
+
+errors contains sprintf("role %q: cluster selector %d has unknown key %q (allowed: name, labels)", [name, i, key]) if {
+	some [name, i, sel] in selectors
+	some key, _ in sel
+	not key in {"name", "labels"}
+}
+
+errors contains sprintf("role %q: cluster selector %d needs \"name\" (\"*\" for every cluster) or non-empty \"labels\"", [name, i]) if {
+	some [name, i, sel] in selectors
+	is_object(sel)
+	not roles.has_selector(sel)
+}
+
+errors contains sprintf("role %q: cluster selector %d: \"name\" must be a non-empty string", [name, i]) if {
+	some [name, i, sel] in selectors
+	"name" in object.keys(sel)
+	not non_empty_string(sel.name)
+}
+
+errors contains sprintf("role %q: cluster selector %d: \"labels\" must map label names to string values", [name, i]) if {
+	some [name, i, sel] in selectors
+	"labels" in object.keys(sel)
+	not string_map(sel.labels)
+}
+
+errors contains sprintf("role %q: \"admin\" must be a list of action names", [name]) if {
+	some name, role in config.roles
+	admin := object.get(role, "admin", [])
+	not all_strings(admin)
+}
+
+errors contains sprintf("bindings has unknown key %q (allowed: users, bots, traits)", [key]) if {
+	some key, _ in config.bindings
+	not key in {"users", "bots", "traits"}
+}
+
+errors contains sprintf("bindings.%s.%s must be a list of role names", [kind, who]) if {
+	some kind in ["users", "bots"]
+	some who, bound in config.bindings[kind]
+	not all_strings(bound)
+}
+
+errors contains sprintf("bindings.%s.%s names unknown role %q", [kind, who, role]) if {
+	some kind in ["users", "bots"]
+	some who, bound in config.bindings[kind]
+	some role in bound
+	not config.roles[role]
+}
+
+errors contains sprintf("bindings.traits.%s.%s must be a list of role names", [trait, value]) if {
+	some trait, values in config.bindings.traits
+	some value, bound in values
+	not all_strings(bound)
+}
+
+errors contains sprintf("bindings.traits.%s.%s names unknown role %q", [trait, value, role]) if {
+	some trait, values in config.bindings.traits
+	some value, bound in values
+	some role in bound
+	not config.roles[role]
+}
+
+all_strings(xs) if {
+	is_array(xs)
+	every x in xs {
+		is_string(x)
+	}
+}
+
+non_empty_string(s) if {
+	is_string(s)
+	s != ""
+}
+
+string_map(m) if {
+	is_object(m)
+	every k, v in m {
+		is_string(k)
+		is_string(v)
+	}
+}
+
+# selectors lists every cluster selector as [role name, index, selector].
+selectors contains [name, i, sel] if {
+	some name, role in config.roles
+	is_array(role.clusters)
+	some i, sel in role.clusters
+}

@@ -1,0 +1,62 @@
+package limen.validate_test
+
+import data.limen.fixtures
+import data.limen.validate
+
+errors_for(config) := errs if {
+	errs := validate.errors with data.limen.config as config
+}
+
+test_fixtures_are_valid if {
+	errors_for(fixtures.config) == set()
+}
+
+test_no_config_is_valid if {
+	validate.errors == set()
+}
+
+test_config_not_object if {
+	count(errors_for("roles")) == 1
+}
+
+test_unknown_top_level_key if {
+	errors_for({"roles": {}, "bindings": {}, "rolez": {}}) == {`data.limen.config has unknown key "rolez" (allowed: roles, bindings)`}
+}
+
+test_empty_selector_refused if {
+	errs := errors_for({"roles": {"r": {"groups": ["g"], "clusters": [{}]}}})
+	errs == {`role "r": cluster selector 0 needs "name" ("*" for every cluster) or non-empty "labels"`}
+}
+
+test_misspelt_selector_refused if {
+	errs := errors_for({"roles": {"r": {"groups": ["g"], "clusters": [{"nmae": "demo"}]}}})
+	count(errs) == 2
+}
+
+test_bad_label_values if {
+	errs := errors_for({"roles": {"r": {"groups": ["g"], "clusters": [{"labels": {"env": 1}}]}}})
+	errs == {`role "r": cluster selector 0: "labels" must map label names to string values`}
+}
+
+test_unknown_role_in_binding if {
+	errs := errors_for({"roles": {}, "bindings": {"users": {"a": ["ghost"]}, "traits": {"groups": {"dev": ["ghost"]}}}})
+	errs == {
+		`bindings.users.a names unknown role "ghost"`,
+		`bindings.traits.groups.dev names unknown role "ghost"`,
+	}
+}
+
+test_binding_not_a_list if {
+	errs := errors_for({"roles": {}, "bindings": {"bots": {"b": "admin"}}})
+	errs == {"bindings.bots.b must be a list of role names"}
+}
+
+test_bad_admin_list if {
+	errs := errors_for({"roles": {"r": {"groups": [], "clusters": [], "admin": "*"}}})
+	errs == {`role "r": "admin" must be a list of action names`}
+}
+
+test_unknown_role_key if {
+	errs := errors_for({"roles": {"r": {"groups": [], "clusters": [], "group": ["x"]}}})
+	errs == {`role "r" has unknown key "group" (allowed: description, groups, clusters, admin)`}
+}
