@@ -8,7 +8,7 @@ LDFLAGS := -X github.com/limenhq/limen/gateway/buildinfo.Version=$(VERSION) \
            -X github.com/limenhq/limen/gateway/buildinfo.Commit=$(COMMIT)
 TEST_TIMEOUT ?= 25m
 
-.PHONY: help build test unit e2e lint cluster-build cluster-up cluster-down cluster-env opa-test bundle bundle-test-key
+.PHONY: help build test unit e2e lint cluster-build cluster-up cluster-down cluster-env opa-test bundle
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -49,8 +49,7 @@ SIGNING_KEY ?= bundles/testkeys/TEST-ONLY-signing-key.pem
 BUNDLE_REVISION ?= $(VERSION)
 
 opa-test: ## Rego: opa fmt, opa check --strict and opa test, with the OPA pinned in go.mod
-	@out=$$($(OPA) fmt --list policies rego_test); \
-	  if [ -n "$$out" ]; then echo "not opa fmt-formatted:"; echo "$$out"; exit 1; fi
+	$(OPA) fmt --list --fail policies rego_test
 	$(OPA) check --strict policies rego_test
 	$(OPA) test policies rego_test
 
