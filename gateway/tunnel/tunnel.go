@@ -149,10 +149,15 @@ func (s stream) mapErr(err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, io.EOF) && s.Session().IsClosed():
-		return fmt.Errorf("%w: session ended", ErrTunnelClosed)
-	case errors.Is(err, yamux.ErrSessionShutdown), errors.Is(err, yamux.ErrConnectionWriteTimeout):
-		return fmt.Errorf("%w: %v", ErrTunnelClosed, err)
+	case errors.Is(err, io.EOF):
+		if s.Session().IsClosed() {
+			// Deliberately not wrapping io.EOF: callers must not see a clean end.
+			return fmt.Errorf("%w: session ended", ErrTunnelClosed)
+		}
+		return err
+	case errors.Is(err, yamux.ErrSessionShutdown), errors.Is(err, yamux.ErrConnectionWriteTimeout),
+		s.Session().IsClosed():
+		return fmt.Errorf("%w: %w", ErrTunnelClosed, err)
 	}
 	return err
 }
