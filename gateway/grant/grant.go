@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/limenhq/limen/gateway/identity"
+	"github.com/limenhq/limen/gateway/kpath"
 )
 
 // Version is the only grant format this package signs and accepts.
@@ -206,7 +207,7 @@ func (g Grant) validate() error {
 	if err := g.Principal.Validate(); err != nil {
 		return fmt.Errorf("principal: %w", err)
 	}
-	if err := ValidCluster(g.Cluster); err != nil {
+	if err := kpath.ValidCluster(g.Cluster); err != nil {
 		return err
 	}
 	if err := validGroups(g.Groups); err != nil {
@@ -241,23 +242,6 @@ func validGroups(groups []string) error {
 		}
 		if i > 0 && groups[i-1] >= grp {
 			return fmt.Errorf("groups are not sorted and unique at %q", clip(grp))
-		}
-	}
-	return nil
-}
-
-// ValidCluster reports whether name is a cluster name: a DNS-1123 label
-// (1–63 lowercase letters, digits and dashes, starting and ending with a
-// letter or digit).
-func ValidCluster(name string) error {
-	if len(name) == 0 || len(name) > 63 {
-		return fmt.Errorf("cluster name %q must be 1 to 63 characters", clip(name))
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		alnum := c >= 'a' && c <= 'z' || c >= '0' && c <= '9'
-		if !alnum && (c != '-' || i == 0 || i == len(name)-1) {
-			return fmt.Errorf("cluster name %q: only lowercase letters, digits and inner dashes are allowed", clip(name))
 		}
 	}
 	return nil

@@ -201,19 +201,6 @@ func countSentinels(err error) int {
 	return n
 }
 
-func TestValidCluster(t *testing.T) {
-	for _, ok := range []string{"a", "prod-1", "0", strings.Repeat("a", 63)} {
-		if err := ValidCluster(ok); err != nil {
-			t.Errorf("ValidCluster(%q) = %v, want nil", ok, err)
-		}
-	}
-	for _, bad := range []string{"", "-a", "a-", "A", "a.b", "a_b", "a b", strings.Repeat("a", 64), "é"} {
-		if err := ValidCluster(bad); err == nil {
-			t.Errorf("ValidCluster(%q) = nil, want an error", bad)
-		}
-	}
-}
-
 func FuzzVerify(f *testing.F) {
 	pub, priv := testKey(f, 1)
 	good, err := Sign(priv, validGrant())
