@@ -200,7 +200,8 @@ func (c *Client) handshake(ctx context.Context, sess *yamux.Session, t Timing, l
 	if err != nil {
 		return nil, HelloAck{}, fmt.Errorf("accept control stream: %w", err)
 	}
-	ctrl := newControl(stream{st}, t, log, func() { _ = sess.Close() })
+	conn := stream{st}
+	ctrl := newControl(conn, t, log, func() { _ = sess.Close() })
 	hello, err := NewMessage(TypeHello, c.Hello)
 	if err != nil {
 		return nil, HelloAck{}, err
@@ -208,8 +209,8 @@ func (c *Client) handshake(ctx context.Context, sess *yamux.Session, t Timing, l
 	if _, err := ctrl.send(hctx, hello); err != nil {
 		return nil, HelloAck{}, err
 	}
-	_ = st.SetReadDeadline(time.Now().Add(t.Handshake))
-	b, err := ReadFrame(st, MaxFrameSize)
+	_ = conn.SetReadDeadline(time.Now().Add(t.Handshake))
+	b, err := ReadFrame(conn, MaxFrameSize)
 	if err != nil {
 		return nil, HelloAck{}, fmt.Errorf("read hello-ack: %w", err)
 	}

@@ -210,9 +210,10 @@ func (s *Server) handshake(ctx context.Context, sess *yamux.Session, t Timing, c
 	if err != nil {
 		return nil, fmt.Errorf("open control stream: %w", err)
 	}
-	ctrl := newControl(stream{st}, t, log, func() { _ = sess.Close() })
-	_ = st.SetReadDeadline(time.Now().Add(t.Handshake))
-	hello, err := readHello(st)
+	conn := stream{st}
+	ctrl := newControl(conn, t, log, func() { _ = sess.Close() })
+	_ = conn.SetReadDeadline(time.Now().Add(t.Handshake))
+	hello, err := readHello(conn)
 	if err == nil && hello.Cluster != cluster {
 		err = fmt.Errorf("%w: hello cluster %q, certificate cluster %q", ErrRefused, hello.Cluster, cluster)
 	}

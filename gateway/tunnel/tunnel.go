@@ -18,6 +18,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"strings"
 	"time"
 
@@ -155,6 +156,9 @@ func (s stream) mapErr(err error) error {
 			return fmt.Errorf("%w: session ended", ErrTunnelClosed)
 		}
 		return err
+	case errors.Is(err, yamux.ErrTimeout):
+		// net.Conn promises deadline errors wrap os.ErrDeadlineExceeded.
+		return os.ErrDeadlineExceeded
 	case errors.Is(err, yamux.ErrSessionShutdown), errors.Is(err, yamux.ErrConnectionWriteTimeout),
 		s.Session().IsClosed():
 		return fmt.Errorf("%w: %w", ErrTunnelClosed, err)
