@@ -1,0 +1,164 @@
+package policy
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"unicode"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+
+	"github.com/limenhq/limen/gateway/identity"
+)
+
+// Cluster is a target cluster as policy sees it: its name and labels.
+type Cluster struct {
+	Name   string            `json:"name"`
+	Labels map[string]string `json:"labels,omitempty"`
+}
+
+// validate bounds cluster input. Names and labels come from the proxy's own
+// configuration, so this only rejects values no configuration should hold.
+func (c Cluster) validate() error {
+	if c.Name == "" || len(c.Name) > identity.MaxNameLen || !printable(c.Name) {
+		return fmt.Errorf("%w: cluster name %q is empty, too long or not printable", ErrInvalidInput, c.Name)
+	}
+	for k, v := range c.Labels {
+		if k == "" || len(k) > 317 || len(v) > 63 || !printable(k) || (v != "" && !printable(v)) {
+			return fmt.Errorf("%w: cluster %s label %q=%q is not a valid label", ErrInvalidInput, c.Name, k, v)
+		}
+	}
+	return nil
+}
+
+func printable(s string) bool {
+	for _, r := range s {
+		if r == unicode.ReplacementChar || !unicode.IsPrint(r) {
+			return false
+		}
+	}
+	return true
+}
+
+// principalTerm is the policy view of p: {kind, name, traits}. Building AST
+// values directly avoids OPA's reflection-based input conversion.
+func principalTerm(p identity.Principal) *ast.Term {
+	traits := ast.NewObject()
+	for k, vs := range p.Traits {
+		vals := make([]*ast.Term, len(vs))
+		for i, v := range vs {
+			vals[i] = ast.StringTerm(v)
+		}
+		traits.Insert(ast.StringTerm(k), ast.ArrayTerm(vals...))
+	}
+	return ast.ObjectTerm(
+		ast.Item(ast.InternedTerm("kind"), ast.StringTerm(string(p.Kind))),
+		ast.Item(ast.InternedTerm("name"), ast.StringTerm(p.Name)),
+		ast.Item(ast.InternedTerm("traits"), ast.NewTerm(traits)),
+	)
+}
+
+func clusterTerm(c Cluster) *ast.Term {
+	labels := ast.NewObject()
+	for k, v := range c.Labels {
+		labels.Insert(ast.StringTerm(k), ast.StringTerm(v))
+	}
+	return ast.ObjectTerm(
+		ast.Item(ast.InternedTerm("name"), ast.StringTerm(c.Name)),
+		ast.Item(ast.InternedTerm("labels"), ast.NewTerm(labels)),
+	)
+}
+
+func groupsInput(p identity.Principal, c Cluster) ast.Value {
+	return ast.NewObject(
+		ast.Item(ast.InternedTerm("principal"), principalTerm(p)),
+		ast.Item(ast.InternedTerm("cluster"), clusterTerm(c)),
+	)
+}
+
+func clustersInput(p identity.Principal, cs []Cluster) ast.Value {
+	terms := make([]*ast.Term, len(cs))
+	for i, c := range cs {
+		terms[i] = clusterTerm(c)
+	}
+	return ast.NewObject(
+		ast.Item(ast.InternedTerm("principal"), principalTerm(p)),
+		ast.Item(ast.InternedTerm("clusters"), ast.ArrayTerm(terms...)),
+	)
+}
+
+func adminInput(p identity.Principal, action string) ast.Value {
+	return ast.NewObject(
+		ast.Item(ast.InternedTerm("principal"), principalTerm(p)),
+		ast.Item(ast.InternedTerm("action"), ast.StringTerm(action)),
+	)
+}
+
+// cacheKey identifies a (principal, cluster) pair unambiguously: every
+// string is length-prefixed, and maps are written in key order.
+func cacheKey(p identity.Principal, c Cluster) string {
+	var b strings.Builder
+	b.Grow(64 + len(p.Name) + len(c.Name))
+	put := func(s string) {
+		b.WriteString(strconv.Itoa(len(s)))
+		b.WriteByte(':')
+		b.WriteString(s)
+	}
+	put(string(p.Kind))
+	put(p.Name)
+	writeSorted(&b, len(p.Traits), func(yield func(string)) {
+		for k := range p.Traits {
+			yield(k)
+		}
+	}, func(k string) {
+		put(k)
+		b.WriteString(strconv.Itoa(len(p.Traits[k])))
+		for _, v := range p.Traits[k] {
+			put(v)
+		}
+	})
+	put(c.Name)
+	writeSorted(&b, len(c.Labels), func(yield func(string)) {
+		for k := range c.Labels {
+			yield(k)
+		}
+	}, func(k string) {
+		put(k)
+		put(c.Labels[k])
+	})
+	return b.String()
+}
+
+// writeSorted writes n, then each key in order through write. A stack array
+// keeps the common case (a few traits or labels) free of allocations.
+func writeSorted(b *strings.Builder, n int, keys func(func(string)), write func(string)) {
+	b.WriteByte('{')
+	b.WriteString(strconv.Itoa(n))
+	var buf [8]string
+	ks := buf[:0]
+	keys(func(k string) { ks = append(ks, k) })
+	slices.Sort(ks)
+	for _, k := range ks {
+		write(k)
+	}
+	b.WriteByte('}')
+}
+
+// validGroup mirrors the Rego valid_group rule; the engine re-applies it to
+// every decision so that a custom policy cannot hand out a system: group.
+func validGroup(g string) bool {
+	if g == "" || len(g) > 253 || strings.HasPrefix(strings.ToLower(g), "system:") {
+		return false
+	}
+	for i := 0; i < len(g); i++ {
+		c := g[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case i > 0 && strings.IndexByte(":._@-", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,111 @@
+package policy
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/limenhq/limen/gateway/identity"
+)
+
+// Probe bounds: activation evaluates at most maxProbePrincipals ×
+// maxProbeClusters decisions, so a large bundle still activates in well
+// under a second.
+const (
+	maxProbePrincipals = 512
+	maxProbeClusters   = 16
+)
+
+// probe evaluates groups for the principals and clusters that the bundle's
+// data names and refuses the bundle if any decision holds a group outside
+// valid_group (a system: group above all). The Rego filters such groups and
+// the data validation names them; this check catches a policy that was
+// edited to grant them anyway. Decisions are filtered again at run time.
+func probe(ctx context.Context, s *snapshot, data map[string]any) error {
+	config, _ := dig(data, "limen", "config").(map[string]any)
+	principals := probePrincipals(config)
+	clusters := probeClusters(config)
+	for _, p := range principals {
+		for _, c := range clusters {
+			_, bad, err := s.evalGroups(ctx, groupsInput(p, c))
+			if err != nil {
+				return fmt.Errorf("%w: probe %s on cluster %s: %v", ErrBundleRefused, p, c.Name, err)
+			}
+			if len(bad) > 0 {
+				return fmt.Errorf("%w: policy would grant %q to %s on cluster %s: groups must be well formed and never start with \"system:\"",
+					ErrBundleRefused, bad, p, c.Name)
+			}
+		}
+	}
+	return nil
+}
+
+func dig(v any, path ...string) any {
+	for _, k := range path {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return nil
+		}
+		v = m[k]
+	}
+	return v
+}
+
+// probePrincipals: one principal per trait binding, then named users and bots.
+func probePrincipals(config map[string]any) []identity.Principal {
+	var out []identity.Principal
+	add := func(p identity.Principal) bool {
+		out = append(out, p)
+		return len(out) < maxProbePrincipals
+	}
+	if !add(identity.Principal{Kind: identity.KindUser, Name: "limen-probe"}) {
+		return out
+	}
+	traits, _ := dig(config, "bindings", "traits").(map[string]any)
+	for _, trait := range slices.Sorted(maps.Keys(traits)) {
+		values, _ := traits[trait].(map[string]any)
+		for _, v := range slices.Sorted(maps.Keys(values)) {
+			p := identity.Principal{Kind: identity.KindUser, Name: "limen-probe", Traits: map[string][]string{trait: {v}}}
+			if !add(p) {
+				return out
+			}
+		}
+	}
+	for kind, key := range map[identity.Kind]string{identity.KindUser: "users", identity.KindBot: "bots"} {
+		names, _ := dig(config, "bindings", key).(map[string]any)
+		for _, name := range slices.Sorted(maps.Keys(names)) {
+			if !add(identity.Principal{Kind: kind, Name: name}) {
+				return out
+			}
+		}
+	}
+	return out
+}
+
+// probeClusters: one cluster per distinct role selector, plus one that no
+// selector names.
+func probeClusters(config map[string]any) []Cluster {
+	out := []Cluster{{Name: "limen-probe"}}
+	roles, _ := dig(config, "roles").(map[string]any)
+	for _, name := range slices.Sorted(maps.Keys(roles)) {
+		sels, _ := dig(roles[name], "clusters").([]any)
+		for _, sel := range sels {
+			if len(out) >= maxProbeClusters {
+				return out
+			}
+			c := Cluster{Name: "limen-probe", Labels: map[string]string{}}
+			if n, ok := dig(sel, "name").(string); ok && n != "" && n != "*" {
+				c.Name = n
+			}
+			labels, _ := dig(sel, "labels").(map[string]any)
+			for k, v := range labels {
+				if s, ok := v.(string); ok {
+					c.Labels[k] = s
+				}
+			}
+			out = append(out, c)
+		}
+	}
+	return out
+}

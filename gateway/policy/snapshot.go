@@ -1,0 +1,168 @@
+package policy
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/rego"
+	"github.com/open-policy-agent/opa/v1/storage/inmem"
+)
+
+// The decisions Limen asks. groups, clusters and allow are required; grants
+// (explanations) and errors (data validation) are used when the bundle has them.
+const (
+	queryGroups   = "data.limen.kube.groups"
+	queryGrants   = "data.limen.kube.grants"
+	queryClusters = "data.limen.kube.clusters"
+	queryAdmin    = "data.limen.admin.allow"
+	queryErrors   = "data.limen.validate.errors"
+)
+
+// snapshot is one activated bundle: its queries prepared once, its data in
+// a private store, and the decision cache that belongs to this revision
+// alone. A snapshot is immutable once built, so decisions need no lock.
+type snapshot struct {
+	revision  string
+	activated time.Time
+	groups    rego.PreparedEvalQuery
+	grants    *rego.PreparedEvalQuery
+	clusters  rego.PreparedEvalQuery
+	admin     rego.PreparedEvalQuery
+	cache     *decisionCache
+}
+
+// content is a bundle's policy and data, before compilation.
+type content struct {
+	revision string
+	modules  map[string]*ast.Module
+	data     map[string]any
+}
+
+// compile builds a snapshot from c and runs every activation check: the
+// modules compile, the required decisions exist, data validation reports
+// no error, and no probed decision grants a group outside valid_group.
+func compile(ctx context.Context, c content, cacheEntries int) (*snapshot, error) {
+	compiler := ast.NewCompiler().WithStrict(false)
+	compiler.Compile(c.modules)
+	if compiler.Failed() {
+		return nil, fmt.Errorf("%w: policy does not compile: %v", ErrBundleRefused, compiler.Errors)
+	}
+	for _, q := range []string{queryGroups, queryClusters, queryAdmin} {
+		if len(compiler.GetRulesExact(ast.MustParseRef(q))) == 0 {
+			return nil, fmt.Errorf("%w: policy defines no %s: every Limen bundle must", ErrBundleRefused, q)
+		}
+	}
+	if c.data == nil {
+		c.data = map[string]any{}
+	}
+	store := inmem.NewFromObjectWithOpts(c.data, inmem.OptRoundTripOnWrite(false), inmem.OptReturnASTValuesOnRead(true))
+	prepare := func(q string) (rego.PreparedEvalQuery, error) {
+		pq, err := rego.New(rego.Query(q), rego.Compiler(compiler), rego.Store(store)).PrepareForEval(ctx)
+		if err != nil {
+			return pq, fmt.Errorf("%w: prepare %s: %v", ErrBundleRefused, q, err)
+		}
+		return pq, nil
+	}
+	s := &snapshot{revision: c.revision, cache: newDecisionCache(cacheEntries)}
+	var err error
+	if s.groups, err = prepare(queryGroups); err != nil {
+		return nil, err
+	}
+	if s.clusters, err = prepare(queryClusters); err != nil {
+		return nil, err
+	}
+	if s.admin, err = prepare(queryAdmin); err != nil {
+		return nil, err
+	}
+	if len(compiler.GetRulesExact(ast.MustParseRef(queryGrants))) > 0 {
+		g, err := prepare(queryGrants)
+		if err != nil {
+			return nil, err
+		}
+		s.grants = &g
+	}
+	if err := checkData(ctx, compiler, prepare); err != nil {
+		return nil, err
+	}
+	if err := probe(ctx, s, c.data); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// checkData evaluates the bundle's own data validation, when it has one.
+func checkData(ctx context.Context, compiler *ast.Compiler, prepare func(string) (rego.PreparedEvalQuery, error)) error {
+	if len(compiler.GetRulesExact(ast.MustParseRef(queryErrors))) == 0 {
+		return nil
+	}
+	pq, err := prepare(queryErrors)
+	if err != nil {
+		return err
+	}
+	rs, err := pq.Eval(ctx)
+	if err != nil {
+		return fmt.Errorf("%w: evaluate %s: %v", ErrBundleRefused, queryErrors, err)
+	}
+	msgs, err := stringsResult(rs)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %v", ErrBundleRefused, queryErrors, err)
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	slices.Sort(msgs)
+	const shown = 10
+	more := ""
+	if len(msgs) > shown {
+		more = fmt.Sprintf("; and %d more", len(msgs)-shown)
+		msgs = msgs[:shown]
+	}
+	return fmt.Errorf("%w: policy data is invalid: %s%s", ErrBundleRefused, strings.Join(msgs, "; "), more)
+}
+
+// evalGroups runs the groups query and returns the granted groups, sorted,
+// with any group outside valid_group split off into bad.
+func (s *snapshot) evalGroups(ctx context.Context, input ast.Value) (good, bad []string, err error) {
+	rs, err := s.groups.Eval(ctx, rego.EvalParsedInput(input))
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: evaluate %s: %v", ErrUnavailable, queryGroups, err)
+	}
+	all, err := stringsResult(rs)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %s: %v", ErrUnavailable, queryGroups, err)
+	}
+	good = all[:0]
+	for _, g := range all {
+		if validGroup(g) {
+			good = append(good, g)
+		} else {
+			bad = append(bad, g)
+		}
+	}
+	slices.Sort(good)
+	return slices.Compact(good), bad, nil
+}
+
+// stringsResult reads a set or array of strings; an undefined result is empty.
+func stringsResult(rs rego.ResultSet) ([]string, error) {
+	if len(rs) == 0 || len(rs[0].Expressions) == 0 {
+		return nil, nil
+	}
+	vals, ok := rs[0].Expressions[0].Value.([]any)
+	if !ok {
+		return nil, fmt.Errorf("decision is %T, want a set of strings", rs[0].Expressions[0].Value)
+	}
+	out := make([]string, 0, len(vals))
+	for _, v := range vals {
+		s, ok := v.(string)
+		if !ok {
+			return nil, fmt.Errorf("decision holds %T %v, want only strings", v, v)
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
