@@ -200,7 +200,7 @@ func (c *Client) handshake(ctx context.Context, sess *yamux.Session, t Timing, l
 	if err != nil {
 		return nil, HelloAck{}, fmt.Errorf("accept control stream: %w", err)
 	}
-	conn := stream{st}
+	conn := stream{Stream: st}
 	ctrl := newControl(conn, t, log, func() { _ = sess.Close() })
 	hello, err := NewMessage(TypeHello, c.Hello)
 	if err != nil {
@@ -244,7 +244,7 @@ func (c *Client) acceptLoop(ctx context.Context, sess *yamux.Session, handlers *
 			return fmt.Errorf("accept: %w", err)
 		}
 		handlers.Go(func() {
-			conn := stream{st}
+			conn := stream{Stream: st}
 			defer conn.Close()
 			c.Handler(ctx, conn)
 		})

@@ -14,8 +14,8 @@ func frame(n uint32, payload string) []byte {
 	return append(b, payload...)
 }
 
-// countingReader fails the test if the reader is asked for more than limit
-// bytes in total; it proves ReadFrame does not read past what it needs.
+// onlyReader hides bytes.Reader's extra methods, so ReadFrame sees a plain
+// io.Reader as it does on the network.
 type onlyReader struct{ r io.Reader }
 
 func (o onlyReader) Read(p []byte) (int, error) { return o.r.Read(p) }

@@ -1,15 +1,12 @@
 package tunnel
 
 import (
-	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,6 +37,8 @@ type Server struct {
 	mu        sync.Mutex
 	byCluster map[string][]*Worker
 	rr        uint64
+	traffic   counters
+	opened    atomic.Uint64
 }
 
 // WorkerInfo describes one connected worker session.
@@ -57,15 +56,19 @@ type WorkerInfo struct {
 	Streams int
 	// Opened counts data streams opened over the session's life.
 	Opened uint64
+	// BytesIn and BytesOut count data-stream bytes read from and written
+	// to the worker over the session's life.
+	BytesIn, BytesOut uint64
 }
 
 // Worker is one connected worker session, handed to the hooks.
 type Worker struct {
-	info  WorkerInfo // immutable after registration
-	sess  *yamux.Session
-	ctrl  *control
-	ready atomic.Bool
-	open  atomic.Uint64
+	info    WorkerInfo // immutable after registration
+	sess    *yamux.Session
+	ctrl    *control
+	ready   atomic.Bool
+	open    atomic.Uint64
+	traffic counters
 }
 
 // Info returns a snapshot of the worker's description and counters.
@@ -74,6 +77,7 @@ func (w *Worker) Info() WorkerInfo {
 	i.Ready = w.ready.Load()
 	i.Streams = max(w.sess.NumStreams()-1, 0) // minus the control stream
 	i.Opened = w.open.Load()
+	i.BytesIn, i.BytesOut = w.traffic.in.Load(), w.traffic.out.Load()
 	return i
 }
 
@@ -121,7 +125,7 @@ func (s *Server) ServeConn(ctx context.Context, conn *tls.Conn, cluster string) 
 		return err
 	}
 	log = log.With("session", w.info.SessionID, "worker", w.info.WorkerID)
-	s.add(w)
+	s.add(w, log)
 	log.Info("tunnel: worker connected", "version", w.info.Version)
 
 	var wg sync.WaitGroup
@@ -210,7 +214,7 @@ func (s *Server) handshake(ctx context.Context, sess *yamux.Session, t Timing, c
 	if err != nil {
 		return nil, fmt.Errorf("open control stream: %w", err)
 	}
-	conn := stream{st}
+	conn := stream{Stream: st}
 	ctrl := newControl(conn, t, log, func() { _ = sess.Close() })
 	_ = conn.SetReadDeadline(time.Now().Add(t.Handshake))
 	hello, err := readHello(conn)
@@ -224,7 +228,7 @@ func (s *Server) handshake(ctx context.Context, sess *yamux.Session, t Timing, c
 		}
 		return nil, err
 	}
-	w := &Worker{sess: sess, ctrl: ctrl, info: WorkerInfo{
+	w := &Worker{sess: sess, ctrl: ctrl, traffic: counters{parent: &s.traffic}, info: WorkerInfo{
 		SessionID:   rand.Text(),
 		Cluster:     cluster,
 		WorkerID:    hello.WorkerID,
@@ -259,134 +263,4 @@ func readHello(st net.Conn) (Hello, error) {
 		return Hello{}, err
 	}
 	return h, h.validate()
-}
-
-func (s *Server) add(w *Worker) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.byCluster == nil {
-		s.byCluster = make(map[string][]*Worker)
-	}
-	s.byCluster[w.info.Cluster] = append(s.byCluster[w.info.Cluster], w)
-}
-
-func (s *Server) remove(w *Worker) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	c := w.info.Cluster
-	s.byCluster[c] = slices.DeleteFunc(s.byCluster[c], func(x *Worker) bool { return x == w })
-	if len(s.byCluster[c]) == 0 {
-		delete(s.byCluster, c)
-	}
-}
-
-// pick chooses the usable worker of cluster with the fewest open streams,
-// starting the scan at a rotating offset so ties spread round-robin.
-func (s *Server) pick(cluster string, skip []*Worker) *Worker {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	ws := s.byCluster[cluster]
-	s.rr++
-	var best *Worker
-	bestN := 0
-	for i := range ws {
-		w := ws[(int(s.rr%uint64(len(ws)))+i)%len(ws)]
-		if !w.usable() || slices.Contains(skip, w) {
-			continue
-		}
-		if n := w.sess.NumStreams(); best == nil || n < bestN {
-			best, bestN = w, n
-		}
-	}
-	return best
-}
-
-// Open opens a data stream to a connected worker of cluster. It returns an
-// error wrapping ErrNoWorker when none is usable. ctx governs only the
-// open; close the returned conn to end the stream.
-func (s *Server) Open(ctx context.Context, cluster string) (net.Conn, error) {
-	var failed []*Worker
-	for {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		w := s.pick(cluster, failed)
-		if w == nil {
-			return nil, fmt.Errorf("%w: %q", ErrNoWorker, cluster)
-		}
-		st, err := w.sess.OpenStream()
-		if err == nil {
-			w.open.Add(1)
-			return stream{st}, nil
-		}
-		// The session died between pick and open; try another worker.
-		logger(s.Logger).Debug("tunnel: open failed", "session", w.info.SessionID, "err", err)
-		failed = append(failed, w)
-	}
-}
-
-// Connected reports whether a usable worker for cluster is connected.
-func (s *Server) Connected(cluster string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return slices.ContainsFunc(s.byCluster[cluster], (*Worker).usable)
-}
-
-// Workers lists the registered worker sessions, by cluster then worker id.
-func (s *Server) Workers() []WorkerInfo {
-	var out []WorkerInfo
-	for _, w := range s.snapshot("") {
-		out = append(out, w.Info())
-	}
-	slices.SortFunc(out, func(a, b WorkerInfo) int {
-		return cmp.Or(cmp.Compare(a.Cluster, b.Cluster), cmp.Compare(a.WorkerID, b.WorkerID),
-			cmp.Compare(a.SessionID, b.SessionID))
-	})
-	return out
-}
-
-// snapshot returns the registered workers of cluster, or of every cluster
-// when cluster is "".
-func (s *Server) snapshot(cluster string) []*Worker {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if cluster != "" {
-		return slices.Clone(s.byCluster[cluster])
-	}
-	var out []*Worker
-	for _, ws := range s.byCluster {
-		out = append(out, ws...)
-	}
-	return out
-}
-
-// Broadcast sends m to every registered worker of cluster, or to every
-// worker when cluster is "", in parallel, and returns once each send has
-// finished. Workers still in OnConnect are included. A worker whose send
-// fails is dropped (it can no longer be trusted to hold the pushed state);
-// the failures are joined in the error.
-func (s *Server) Broadcast(ctx context.Context, cluster string, m Message) error {
-	ws := s.snapshot(cluster)
-	errs := make([]error, len(ws))
-	var wg sync.WaitGroup
-	for i, w := range ws {
-		wg.Go(func() {
-			if err := w.Send(ctx, m); err != nil {
-				_ = w.Close()
-				errs[i] = fmt.Errorf("worker %s (%s): %w", w.info.WorkerID, w.info.SessionID, err)
-			}
-		})
-	}
-	wg.Wait()
-	return errors.Join(errs...)
-}
-
-// SendTo sends m to the worker session with the given SessionID.
-func (s *Server) SendTo(ctx context.Context, sessionID string, m Message) error {
-	for _, w := range s.snapshot("") {
-		if w.info.SessionID == sessionID {
-			return w.Send(ctx, m)
-		}
-	}
-	return fmt.Errorf("%w: session %q", ErrNoWorker, sessionID)
 }

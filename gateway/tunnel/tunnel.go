@@ -20,6 +20,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/yamux"
@@ -134,15 +135,18 @@ func logger(l *slog.Logger) *slog.Logger {
 // remote side finishing.
 type stream struct {
 	*yamux.Stream
+	traffic *counters // nil: not counted
 }
 
 func (s stream) Read(p []byte) (int, error) {
 	n, err := s.Stream.Read(p)
+	s.traffic.add(n, 0)
 	return n, s.mapErr(err)
 }
 
 func (s stream) Write(p []byte) (int, error) {
 	n, err := s.Stream.Write(p)
+	s.traffic.add(0, n)
 	return n, s.mapErr(err)
 }
 
@@ -172,3 +176,17 @@ func (s stream) mapErr(err error) error {
 func (s stream) CloseWrite() error { return s.Stream.Close() }
 
 var _ net.Conn = stream{}
+
+// counters total the bytes through data streams; every add also reaches
+// the parent, so a worker's traffic rolls up into the server's.
+type counters struct {
+	in, out atomic.Uint64
+	parent  *counters
+}
+
+func (c *counters) add(in, out int) {
+	for ; c != nil && in+out > 0; c = c.parent {
+		c.in.Add(uint64(in))
+		c.out.Add(uint64(out))
+	}
+}

@@ -74,7 +74,12 @@ func TestEndToEnd(t *testing.T) {
 	if m := recv(t, toWorker); m.Type != "lock.list" || string(m.Body) != `["mallory"]` {
 		t.Fatalf("first message to worker = %+v", m)
 	}
-	roundTrip(t, srv, "c1", "GET /api HTTP/1.1\r\n\r\n")
+	const req = "GET /api HTTP/1.1\r\n\r\n"
+	roundTrip(t, srv, "c1", req)
+	eventually(t, "stream closed", func() bool { return srv.Stats().StreamsOpen == 0 })
+	if st := srv.Stats(); st != (Stats{Workers: 1, StreamsOpened: 1, BytesIn: uint64(len(req)), BytesOut: uint64(len(req))}) {
+		t.Fatalf("Stats() = %+v", st)
+	}
 
 	ws := srv.Workers()
 	if len(ws) != 1 || ws[0].WorkerID != "w1" || ws[0].Cluster != "c1" || ws[0].Version != "test" ||
@@ -349,5 +354,36 @@ func TestClientConfigErrors(t *testing.T) {
 	}
 	if err := ok().Send(context.Background(), Message{Type: "x"}); !errors.Is(err, ErrNotConnected) {
 		t.Errorf("Send while down: %v", err)
+	}
+}
+
+// TestReconnectReplacesStaleSession: when a worker comes back while its old
+// session is still registered (the proxy has not yet noticed it is dead),
+// the old session is closed at once instead of lingering until the peer
+// timeout and taking requests meanwhile.
+func TestReconnectReplacesStaleSession(t *testing.T) {
+	checkGoroutines(t)
+	pki := newPKI(t)
+	timing := testTiming()
+	timing.PeerTimeout = time.Minute // only replacement can remove the first session
+	srv := &Server{Logger: testLogger(t), Timing: timing}
+	p := startProxy(t, pki, srv, "127.0.0.1:0")
+	hello, _ := NewMessage(TypeHello, Hello{Cluster: "c1", WorkerID: "w"})
+
+	old, st := rawWorker(t, pki, p.addr(), "c1")
+	writeMsg(t, st, hello)
+	eventually(t, "first session registered", func() bool { return srv.Connected("c1") })
+	first := srv.Workers()[0].SessionID
+
+	_, st2 := rawWorker(t, pki, p.addr(), "c1")
+	writeMsg(t, st2, hello)
+	eventually(t, "first session replaced", func() bool {
+		ws := srv.Workers()
+		return len(ws) == 1 && ws[0].SessionID != first
+	})
+	select {
+	case <-old.CloseChan():
+	case <-time.After(wait):
+		t.Fatal("stale session not closed")
 	}
 }
