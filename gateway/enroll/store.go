@@ -26,6 +26,9 @@ var (
 	ErrTokenUsed    = errors.New("join token was used already: tokens are single-use, create a new one")
 	ErrTokenExpired = errors.New("join token has expired: create a new one")
 	ErrTokenCluster = errors.New("join token was created for another cluster")
+	// ErrAuditUnavailable means the audit trail refused the event, so the
+	// action did not happen.
+	ErrAuditUnavailable = errors.New("audit unavailable")
 )
 
 // TokenFileName is the token store's file inside the data directory.
@@ -116,7 +119,7 @@ func (s *TokenStore) Create(ctx context.Context, cluster string, ttl time.Durati
 	}
 	if err := s.auditor.Emit(ctx, auth.Event{Type: "token.create", Actor: creator, Success: true,
 		Fields: map[string]string{"token_id": info.ID, "cluster": cluster, "expires": info.Expires.Format(time.RFC3339)}}); err != nil {
-		return Token{}, TokenInfo{}, fmt.Errorf("create token: audit unavailable: %w", err)
+		return Token{}, TokenInfo{}, fmt.Errorf("create token: %w: %v", ErrAuditUnavailable, err)
 	}
 	if err := tx.Commit(); err != nil {
 		return Token{}, TokenInfo{}, fmt.Errorf("create token: %w", err)
@@ -169,7 +172,7 @@ func (s *TokenStore) redeem(ctx context.Context, tok Token, cluster, addr string
 	}
 	if err := s.auditor.Emit(ctx, auth.Event{Type: "token.use", Actor: "worker:" + cluster, Success: true,
 		Fields: map[string]string{"token_id": tok.ID(), "cluster": cluster, "addr": addr}}); err != nil {
-		return fmt.Errorf("redeem token: audit unavailable: %w", err)
+		return fmt.Errorf("redeem token: %w: %v", ErrAuditUnavailable, err)
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("redeem token: %w", err)
