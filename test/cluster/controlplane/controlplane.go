@@ -328,4 +328,3 @@ func httpOK(ctx context.Context, hc *http.Client, url string) error {
 	}
 	return nil
 }
-

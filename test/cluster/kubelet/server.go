@@ -369,4 +369,3 @@ func (l *limitWriter) Write(p []byte) (int, error) {
 	l.n -= int64(n)
 	return n, err
 }
-
