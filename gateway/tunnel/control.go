@@ -59,6 +59,11 @@ func (c *control) write(ctx context.Context, m Message, onID func(uint64)) (uint
 		return 0, c.closedErr()
 	}
 	defer func() { <-c.sendSem }()
+	select {
+	case <-c.done:
+		return 0, c.closedErr()
+	default:
+	}
 	m.ID = c.nextID.Add(1)
 	payload, err := encodeMessage(m)
 	if err != nil {
@@ -73,11 +78,13 @@ func (c *control) write(ctx context.Context, m Message, onID func(uint64)) (uint
 	err = WriteFrame(c.conn, payload)
 	stop()
 	if err != nil {
+		// Part of the frame may be out: the stream, and so the session, is
+		// unusable either way.
 		c.onBroken()
 		if ctx.Err() != nil {
-			err = ctx.Err()
+			return 0, fmt.Errorf("send %s: %w", m.Type, ctx.Err())
 		}
-		return 0, fmt.Errorf("send %s: %w", m.Type, err)
+		return 0, fmt.Errorf("send %s: %w: %w", m.Type, ErrTunnelClosed, err)
 	}
 	return m.ID, nil
 }

@@ -387,3 +387,29 @@ func TestReconnectReplacesStaleSession(t *testing.T) {
 		t.Fatal("stale session not closed")
 	}
 }
+
+// TestOnConnectErrorDropsWorker: if the connect hook cannot deliver the
+// state a worker needs (the lock list), the worker is never offered to Open.
+func TestOnConnectErrorDropsWorker(t *testing.T) {
+	checkGoroutines(t)
+	pki := newPKI(t)
+	errPush := errors.New("lock store down")
+	srv := &Server{
+		Logger:    testLogger(t),
+		Timing:    testTiming(),
+		OnConnect: func(context.Context, *Worker) error { return errPush },
+	}
+	p := startProxy(t, pki, srv, "127.0.0.1:0")
+	startWorker(t, newWorker(t, pki, p.addr(), "c1", "w1", echo))
+	select {
+	case err := <-p.errs:
+		if !errors.Is(err, errPush) {
+			t.Fatalf("ServeConn = %v, want the hook's error", err)
+		}
+	case <-time.After(wait):
+		t.Fatal("ServeConn did not return")
+	}
+	if _, err := srv.Open(context.Background(), "c1"); !errors.Is(err, ErrNoWorker) {
+		t.Fatalf("open = %v, want ErrNoWorker", err)
+	}
+}
