@@ -164,8 +164,8 @@ func (c *Client) session(ctx context.Context, log *slog.Logger, handlers *sync.W
 		return fmt.Errorf("yamux: %w", err)
 	}
 	defer sess.Close()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	stop := context.AfterFunc(ctx, func() { _ = sess.Close() })
 	defer stop()
 
@@ -179,17 +179,22 @@ func (c *Client) session(ctx context.Context, log *slog.Logger, handlers *sync.W
 	defer c.setCurrent(nil)
 
 	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer cancel()
+	var ctrlErr error
 	wg.Go(func() { cancelOnClose(ctx, sess, cancel) })
-	wg.Go(func() {
-		err := ctrl.run(ctx, c.OnMessage)
-		log.Debug("tunnel: control stream ended", "err", err)
-	})
+	wg.Go(func() { ctrlErr = ctrl.run(ctx, c.OnMessage) })
 	if c.OnConnect != nil {
 		c.OnConnect(ctx, ack)
 	}
-	return c.acceptLoop(ctx, sess, handlers)
+	err = c.acceptLoop(ctx, sess, handlers)
+	_ = sess.Close()
+	cancel(nil)
+	wg.Wait()
+	// The control stream usually knows why (a silent peer, a broken
+	// write); the accept loop only sees the session end.
+	if ctrlErr != nil && !errors.Is(ctrlErr, context.Canceled) {
+		return ctrlErr
+	}
+	return err
 }
 
 // handshake accepts the proxy's control stream and exchanges hellos.
@@ -238,10 +243,8 @@ func (c *Client) acceptLoop(ctx context.Context, sess *yamux.Session, handlers *
 	for {
 		st, err := sess.AcceptStream()
 		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return fmt.Errorf("accept: %w", err)
+			// yamux reports the connection's own error (often io.EOF).
+			return fmt.Errorf("%w: %v", ErrTunnelClosed, err)
 		}
 		handlers.Go(func() {
 			conn := stream{Stream: st}

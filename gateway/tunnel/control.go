@@ -159,7 +159,7 @@ func (c *control) readLoop(ctx context.Context, onMessage func(context.Context, 
 		m, err := c.readMessage()
 		if err != nil {
 			if ctx.Err() != nil {
-				return ctx.Err()
+				return context.Cause(ctx)
 			}
 			if isTimeout(err) {
 				return fmt.Errorf("peer silent for %s: %w", c.timing.PeerTimeout, err)

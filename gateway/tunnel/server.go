@@ -114,8 +114,8 @@ func (s *Server) ServeConn(ctx context.Context, conn *tls.Conn, cluster string) 
 		return fmt.Errorf("yamux: %w", err)
 	}
 	defer sess.Close()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	stop := context.AfterFunc(ctx, func() { _ = sess.Close() })
 	defer stop()
 
@@ -147,7 +147,7 @@ func (s *Server) ServeConn(ctx context.Context, conn *tls.Conn, cluster string) 
 	}
 	s.remove(w)
 	_ = sess.Close()
-	cancel()
+	cancel(nil)
 	wg.Wait()
 	log.Info("tunnel: worker disconnected", "err", err)
 	if s.OnDisconnect != nil {
@@ -185,10 +185,10 @@ func checkTLS(ctx context.Context, conn *tls.Conn, t Timing) error {
 
 // cancelOnClose ends ctx, which hooks and handlers hold, once the session
 // is gone.
-func cancelOnClose(ctx context.Context, sess *yamux.Session, cancel context.CancelFunc) {
+func cancelOnClose(ctx context.Context, sess *yamux.Session, cancel context.CancelCauseFunc) {
 	select {
 	case <-sess.CloseChan():
-		cancel()
+		cancel(errSessionEnded)
 	case <-ctx.Done():
 	}
 }

@@ -41,6 +41,9 @@ var (
 	ErrRefused = errors.New("tunnel: refused by proxy")
 )
 
+// errSessionEnded is the cancellation cause of contexts tied to a session.
+var errSessionEnded = fmt.Errorf("%w: session ended", ErrTunnelClosed)
+
 // Defaults for Timing fields left zero.
 const (
 	DefaultHeartbeat       = 10 * time.Second
