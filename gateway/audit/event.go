@@ -1,0 +1,212 @@
+// Package audit defines Limen's audit events, their wire encoding on a tunnel
+// stream, and the proxy's durable store for them.
+//
+// The rule the package serves (DESIGN.md §2–3): a response is relayed only
+// after its event is durably accepted. A Sink's Emit returns nil only then;
+// any error means "not recorded", and the caller answers 503 and drops the
+// response. Errors about the store itself wrap ErrUnavailable.
+package audit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/limenhq/limen/gateway/identity"
+)
+
+// Type names an event; it is "area.action", lower case.
+type Type string
+
+// Event types Limen emits.
+const (
+	TypeKubeRequest  Type = "kube.request"
+	TypeAuthDenied   Type = "auth.denied"
+	TypeSessionStart Type = "session.start"
+	TypeSessionEnd   Type = "session.end"
+	TypeTokenCreate  Type = "token.create"
+	TypeTokenUse     Type = "token.use"
+	TypeUserAdd      Type = "user.add"
+	TypeUserRemove   Type = "user.remove"
+	TypeUserLock     Type = "user.lock"
+	TypeUserUnlock   Type = "user.unlock"
+	TypeSessionKill  Type = "session.kill"
+)
+
+// Hops at which a refusal can happen.
+const (
+	HopProxy  = "proxy"
+	HopWorker = "worker"
+)
+
+// Event is one audit record. Common fields sit at the top; exactly one of
+// Kube, Denied and Session is set for the types that need it, and admin
+// events carry free-form Fields.
+type Event struct {
+	// ID is the store's sequence number, set by Search; zero otherwise.
+	ID   int64     `json:"id,omitempty"`
+	Type Type      `json:"type"`
+	Time time.Time `json:"time"`
+	// Principal is the user or bot who acted; zero when unknown (for
+	// example a denied request without a valid certificate).
+	Principal  identity.Principal `json:"principal"`
+	Groups     []string           `json:"groups,omitempty"`
+	Cluster    string             `json:"cluster,omitempty"`
+	SessionID  string             `json:"session_id,omitempty"`
+	ClientAddr string             `json:"client_addr,omitempty"`
+
+	Kube    *KubeRequest `json:"kube,omitempty"`
+	Denied  *Denied      `json:"denied,omitempty"`
+	Session *Session     `json:"session,omitempty"`
+	// Fields carries the details of admin events (token.create, user.add, …).
+	Fields map[string]string `json:"fields,omitempty"`
+}
+
+// KubeRequest is the body of a kube.request event. Path never has a query.
+type KubeRequest struct {
+	Verb        string        `json:"verb"`
+	APIGroup    string        `json:"api_group,omitempty"`
+	APIVersion  string        `json:"api_version,omitempty"`
+	Resource    string        `json:"resource,omitempty"`
+	Subresource string        `json:"subresource,omitempty"`
+	Namespace   string        `json:"namespace,omitempty"`
+	Name        string        `json:"name,omitempty"`
+	Method      string        `json:"method"`
+	Path        string        `json:"path"`
+	Status      int           `json:"status"`
+	Latency     time.Duration `json:"latency_ns"`
+}
+
+// Denied is the body of an auth.denied event.
+type Denied struct {
+	// Hop is HopProxy or HopWorker.
+	Hop    string `json:"hop"`
+	Reason string `json:"reason"`
+	Path   string `json:"path,omitempty"`
+}
+
+// Session is the body of session.start and session.end events.
+type Session struct {
+	// Kind is "kube" for Kubernetes streams.
+	Kind string `json:"kind"`
+	// Login is exec, attach or portforward.
+	Login     string   `json:"login"`
+	Namespace string   `json:"namespace,omitempty"`
+	Pod       string   `json:"pod,omitempty"`
+	Container string   `json:"container,omitempty"`
+	Command   []string `json:"command,omitempty"`
+	Ports     []string `json:"ports,omitempty"`
+	// The rest is known only at session.end.
+	ExitCode        *int          `json:"exit_code,omitempty"`
+	BytesIn         int64         `json:"bytes_in,omitempty"`
+	BytesOut        int64         `json:"bytes_out,omitempty"`
+	Duration        time.Duration `json:"duration_ns,omitempty"`
+	RecordingSHA256 string        `json:"recording_sha256,omitempty"`
+}
+
+// Sink accepts events. Emit returns nil only once e is durably recorded; an
+// error means it was not, and the caller must not relay the response it
+// describes.
+type Sink interface {
+	Emit(ctx context.Context, e Event) error
+}
+
+// ErrUnavailable means the audit trail cannot record events now (store
+// closed, disk or database error, commit not confirmed). Callers answer 503.
+var ErrUnavailable = errors.New("audit trail unavailable")
+
+// ErrInvalid means the event itself is malformed: a bug in the emitter or a
+// hostile peer. It is never recorded.
+var ErrInvalid = errors.New("invalid audit event")
+
+// Validate checks the event's shape; errors wrap ErrInvalid.
+func (e Event) Validate() error {
+	if err := e.validate(); err != nil {
+		return fmt.Errorf("%s event: %w: %w", clip(string(e.Type)), err, ErrInvalid)
+	}
+	return nil
+}
+
+func (e Event) validate() error {
+	if !validType(e.Type) {
+		return errors.New("type must be area.action in lower case")
+	}
+	if e.Time.IsZero() {
+		return errors.New("no time")
+	}
+	if e.Principal.Kind != "" || e.Principal.Name != "" {
+		if err := e.Principal.Validate(); err != nil {
+			return err
+		}
+	}
+	bodies := 0
+	for _, set := range []bool{e.Kube != nil, e.Denied != nil, e.Session != nil} {
+		if set {
+			bodies++
+		}
+	}
+	if bodies > 1 {
+		return errors.New("more than one of kube, denied and session is set")
+	}
+	switch e.Type {
+	case TypeKubeRequest:
+		return e.Kube.validate()
+	case TypeAuthDenied:
+		return e.Denied.validate()
+	case TypeSessionStart, TypeSessionEnd:
+		if e.Session == nil || e.Session.Kind == "" || e.Session.Login == "" {
+			return errors.New("session kind and login are required")
+		}
+	}
+	return nil
+}
+
+func (k *KubeRequest) validate() error {
+	switch {
+	case k == nil:
+		return errors.New("kube body missing")
+	case k.Method == "" || k.Path == "":
+		return errors.New("method and path are required")
+	case strings.ContainsAny(k.Path, "?#"):
+		return errors.New("path carries a query or fragment; audit records paths without them")
+	case k.Status < 0 || k.Status > 999:
+		return fmt.Errorf("status %d out of range", k.Status)
+	}
+	return nil
+}
+
+func (d *Denied) validate() error {
+	switch {
+	case d == nil:
+		return errors.New("denied body missing")
+	case d.Hop != HopProxy && d.Hop != HopWorker:
+		return fmt.Errorf("hop %q, want %q or %q", clip(d.Hop), HopProxy, HopWorker)
+	case d.Reason == "":
+		return errors.New("reason is required")
+	case strings.ContainsAny(d.Path, "?#"):
+		return errors.New("path carries a query or fragment")
+	}
+	return nil
+}
+
+func validType(t Type) bool {
+	s := string(t)
+	if len(s) == 0 || len(s) > 64 || !strings.Contains(s, ".") || s[0] == '.' || s[len(s)-1] == '.' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !(c >= 'a' && c <= 'z' || c == '.' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+func clip(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "…"
+	}
+	return s
+}
