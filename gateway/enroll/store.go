@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -66,6 +67,9 @@ func TokenStorePath(dataDir string) string { return filepath.Join(dataDir, Token
 
 // OpenTokenStore opens (creating if needed) the token store at path.
 func OpenTokenStore(path string, opts TokenStoreOptions) (*TokenStore, error) {
+	if err := prepareDBFile(path); err != nil {
+		return nil, fmt.Errorf("open token store %s: %w", path, err)
+	}
 	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_txlock=immediate")
 	if err != nil {
 		return nil, fmt.Errorf("open token store %s: %w", path, err)
@@ -203,4 +207,18 @@ func (s *TokenStore) List(ctx context.Context) ([]TokenInfo, error) {
 		out = append(out, ti)
 	}
 	return out, rows.Err()
+}
+
+// prepareDBFile creates the database's directory (0700) and the file itself
+// with mode 0600 before SQLite opens it; SQLite gives its journal files the
+// database file's mode, so nothing here is readable by other users.
+func prepareDBFile(path string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return err
+	}
+	return f.Close()
 }

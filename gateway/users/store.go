@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -85,6 +86,9 @@ const schema = `CREATE TABLE IF NOT EXISTS users (
 
 // Open opens (creating if needed) the store at path.
 func Open(path string, opts Options) (*Store, error) {
+	if err := prepareDBFile(path); err != nil {
+		return nil, fmt.Errorf("open user store %s: %w", path, err)
+	}
 	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_txlock=immediate")
 	if err != nil {
 		return nil, fmt.Errorf("open user store %s: %w", path, err)
@@ -246,4 +250,18 @@ func (s *Store) Authenticate(ctx context.Context, name, password, addr string) (
 		return User{}, ErrBadCredentials
 	}
 	return u, nil
+}
+
+// prepareDBFile creates the database's directory (0700) and the file itself
+// with mode 0600 before SQLite opens it; SQLite gives its journal files the
+// database file's mode, so nothing here is readable by other users.
+func prepareDBFile(path string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return err
+	}
+	return f.Close()
 }

@@ -1,0 +1,136 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/limenhq/limen/gateway/authapi"
+	"github.com/limenhq/limen/gateway/profile"
+)
+
+func newKubeCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "kube",
+		Short: "Kubernetes access through Limen: list clusters, write kubeconfigs, the kubectl credential plugin",
+	}
+	cmd.PersistentFlags().String("proxy", "", "proxy HOST:PORT (default: the last one logged in to)")
+	cmd.AddCommand(newKubeLsCmd(), newKubeLoginCmd(), newKubeCredentialsCmd())
+	return cmd
+}
+
+func newKubeLsCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "ls",
+		Short: "List the clusters policy lets you reach and whether a worker is connected for each",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			v, err := loadConfig(cmd)
+			if err != nil {
+				return err
+			}
+			c, err := adminClient(v.GetString("proxy"))
+			if err != nil {
+				return err
+			}
+			list, err := c.Clusters(cmd.Context())
+			if err != nil {
+				return err
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "CLUSTER\tWORKER")
+			for _, cl := range list {
+				state := "not connected"
+				if cl.Connected {
+					state = "connected"
+				}
+				fmt.Fprintf(tw, "%s\t%s\n", cl.Name, state)
+			}
+			return tw.Flush()
+		},
+	}
+}
+
+func newKubeLoginCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "login CLUSTER",
+		Short: "Write a kubeconfig for CLUSTER whose only credential is the limen plugin, and print the export line",
+		Long: `Write a separate JSON kubeconfig for CLUSTER in the profile directory. Its
+server is https://PROXY/k8s/CLUSTER and its only credential is the exec
+plugin "limen kube credentials". Use it with the printed export line, or
+merge it with your own as KUBECONFIG=yours:this.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			v, err := loadConfig(cmd)
+			if err != nil {
+				return err
+			}
+			p, _, err := openProfile(v.GetString("proxy"))
+			if err != nil {
+				return err
+			}
+			creds, err := p.Credentials(time.Now())
+			if err != nil {
+				return err
+			}
+			if c, err := p.Client(creds); err == nil {
+				if list, err := c.Clusters(cmd.Context()); err == nil && !slices.ContainsFunc(list, func(c2 authapi.Cluster) bool { return c2.Name == args[0] }) {
+					fmt.Fprintf(cmd.ErrOrStderr(), "warning: policy does not list cluster %s for you; requests will be refused (see limen kube ls)\n", args[0])
+				}
+			}
+			exe, err := os.Executable()
+			if err != nil {
+				return fmt.Errorf("find the limen binary for the kubeconfig: %w", err)
+			}
+			if exe, err = filepath.EvalSymlinks(exe); err != nil {
+				return fmt.Errorf("find the limen binary for the kubeconfig: %w", err)
+			}
+			plugin := profile.Plugin{Command: exe}
+			if h := os.Getenv("LIMEN_HOME"); h != "" {
+				plugin.Env = map[string]string{"LIMEN_HOME": h}
+			}
+			path, err := p.WriteKubeconfig(args[0], plugin)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "export KUBECONFIG=%s\n", path)
+			return nil
+		},
+	}
+}
+
+func newKubeCredentialsCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "credentials",
+		Short: "kubectl exec credential plugin: print the stored certificate as an ExecCredential",
+		Long: `Print the stored certificate and key as a client.authentication.k8s.io/v1
+ExecCredential for kubectl. It never prompts: with no valid certificate it
+exits non-zero and says to run limen login.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			v, err := loadConfig(cmd)
+			if err != nil {
+				return err
+			}
+			p, _, err := openProfile(v.GetString("proxy"))
+			if err != nil {
+				return err
+			}
+			creds, err := p.Credentials(time.Now())
+			if err != nil {
+				return err
+			}
+			out, err := creds.ExecCredential()
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s\n", out)
+			return err
+		},
+	}
+}

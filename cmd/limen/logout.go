@@ -1,0 +1,37 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+)
+
+func newLogoutCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "logout",
+		Short: "Remove the stored certificate and key for a proxy",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			v, err := loadConfig(cmd)
+			if err != nil {
+				return err
+			}
+			p, _, err := openProfile(v.GetString("proxy"))
+			if err != nil {
+				return err
+			}
+			removed, err := p.Logout()
+			if err != nil {
+				return err
+			}
+			if removed {
+				fmt.Fprintf(cmd.OutOrStdout(), "Logged out of %s.\n", p.Proxy)
+			} else {
+				fmt.Fprintf(cmd.OutOrStdout(), "Not logged in to %s.\n", p.Proxy)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().String("proxy", "", "proxy HOST:PORT (default: the last one logged in to)")
+	return cmd
+}

@@ -1,0 +1,217 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/limenhq/limen/gateway/auth"
+	"github.com/limenhq/limen/gateway/authapi"
+	"github.com/limenhq/limen/gateway/enroll"
+	"github.com/limenhq/limen/gateway/identity"
+	"github.com/limenhq/limen/gateway/policy"
+	"github.com/limenhq/limen/gateway/users"
+)
+
+// proxyConfig is the proxy's typed configuration; keys are the flag names.
+type proxyConfig struct {
+	Listen        string
+	DataDir       string
+	UserCertTTL   time.Duration
+	WorkerCertTTL time.Duration
+	CACert, CAKey string
+	TLSCert       string
+	TLSKey        string
+	ServerNames   []string
+	// Clusters are the cluster names offered to policy until the cluster
+	// registry exists.
+	Clusters []string
+}
+
+func newProxyCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "proxy",
+		Short: "Run the Limen proxy: the CA, the login and enrollment API, and (later) the Kubernetes routes",
+		Long: `Run the Limen proxy. On first start it creates its CA, TLS certificate and
+grant-signing key in --data-dir and prints the CA fingerprint, which users
+pass to limen login --ca-fingerprint.
+
+The first administrator is created on the proxy host, before or while the
+proxy runs, by writing straight to the user store:
+
+  limen users add alice --local --data-dir DIR --trait groups=admins
+
+The default policy lets users with the trait groups=admins run every admin
+command (data.limen.admin.allow).`,
+		Args: cobra.NoArgs,
+		RunE: runProxy,
+	}
+	f := cmd.Flags()
+	f.String("listen", "127.0.0.1:8443", "address to serve HTTPS on")
+	f.String("data-dir", "", "directory for the CA, user store and token store (required)")
+	f.Duration("user-cert-ttl", auth.DefaultUserCertTTL, fmt.Sprintf("lifetime of user certificates (at most %s)", auth.MaxUserCertTTL))
+	f.Duration("worker-cert-ttl", auth.DefaultWorkerCertTTL, "lifetime of worker certificates")
+	f.String("ca-cert", "", "operator-provided root CA certificate (PEM); default: generated in --data-dir")
+	f.String("ca-key", "", "key of --ca-cert (PEM)")
+	f.String("tls-cert", "", "operator-provided TLS serving certificate chain (PEM); default: issued by the CA")
+	f.String("tls-key", "", "key of --tls-cert (PEM)")
+	f.StringSlice("server-name", nil, "extra DNS name or IP for the generated serving certificate (repeatable)")
+	f.StringSlice("clusters", nil, "cluster names offered to policy for limen kube ls (until the cluster registry exists)")
+	return cmd
+}
+
+func loadProxyConfig(cmd *cobra.Command) (proxyConfig, error) {
+	v, err := loadConfig(cmd)
+	if err != nil {
+		return proxyConfig{}, err
+	}
+	c := proxyConfig{
+		Listen: v.GetString("listen"), DataDir: v.GetString("data-dir"),
+		UserCertTTL: v.GetDuration("user-cert-ttl"), WorkerCertTTL: v.GetDuration("worker-cert-ttl"),
+		CACert: v.GetString("ca-cert"), CAKey: v.GetString("ca-key"), TLSCert: v.GetString("tls-cert"), TLSKey: v.GetString("tls-key"),
+		ServerNames: v.GetStringSlice("server-name"), Clusters: v.GetStringSlice("clusters"),
+	}
+	return c, c.validate()
+}
+
+func (c proxyConfig) validate() error {
+	if c.DataDir == "" {
+		return errors.New("data-dir: required; set --data-dir, LIMEN_DATA_DIR or data-dir in the config file")
+	}
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		return fmt.Errorf("listen %q: want HOST:PORT, for example 127.0.0.1:8443", c.Listen)
+	}
+	if c.UserCertTTL < time.Minute || c.UserCertTTL > auth.MaxUserCertTTL {
+		return fmt.Errorf("user-cert-ttl %s: must be between 1m and %s", c.UserCertTTL, auth.MaxUserCertTTL)
+	}
+	if c.WorkerCertTTL < time.Hour {
+		return fmt.Errorf("worker-cert-ttl %s: must be at least 1h", c.WorkerCertTTL)
+	}
+	for _, n := range c.Clusters {
+		if err := auth.ValidClusterName(n); err != nil {
+			return fmt.Errorf("clusters: %w", err)
+		}
+	}
+	return nil
+}
+
+// proxyServer is the assembled proxy: its stores, its CA and the HTTP
+// routes. Build it with buildProxy, add routes to Mux or protocols to TLS,
+// then Serve.
+type proxyServer struct {
+	CA     *auth.Authority
+	Users  *users.Store
+	Tokens *enroll.TokenStore
+	Policy *policy.Engine
+	Mux    *http.ServeMux
+	TLS    *tls.Config
+	Log    *slog.Logger
+}
+
+// buildProxy opens the data directory and wires the identity API under /v1/.
+func buildProxy(ctx context.Context, c proxyConfig, log *slog.Logger) (*proxyServer, error) {
+	if err := os.MkdirAll(c.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("data-dir: %w", err)
+	}
+	ca, err := auth.Open(auth.Options{DataDir: c.DataDir, CACertFile: c.CACert, CAKeyFile: c.CAKey,
+		TLSCertFile: c.TLSCert, TLSKeyFile: c.TLSKey, ServerNames: c.ServerNames,
+		UserCertTTL: c.UserCertTTL, WorkerCertTTL: c.WorkerCertTTL, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	pol, err := policy.New(ctx, policy.Options{Logger: log, PersistDir: filepath.Join(c.DataDir, "policy")})
+	if err != nil {
+		return nil, err
+	}
+	s := &proxyServer{CA: ca, Policy: pol, Mux: http.NewServeMux(), TLS: ca.ServerTLSConfig(), Log: log}
+	auditor := auth.SlogAuditor{Logger: log}
+	if s.Users, err = users.Open(users.Path(c.DataDir), users.Options{}); err != nil {
+		return nil, err
+	}
+	if s.Tokens, err = enroll.OpenTokenStore(enroll.TokenStorePath(c.DataDir), enroll.TokenStoreOptions{Auditor: auditor}); err != nil {
+		s.Close()
+		return nil, err
+	}
+	api, err := authapi.New(authapi.Config{CA: ca, Users: s.Users, Tokens: s.Tokens, Admin: pol,
+		Clusters: configuredClusters{engine: pol, names: c.Clusters}, Auditor: auditor, Logger: log})
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	s.Mux.Handle("/v1/", api)
+	return s, nil
+}
+
+// Serve serves HTTPS on ln until ctx ends.
+func (s *proxyServer) Serve(ctx context.Context, ln net.Listener) error {
+	srv := &http.Server{Handler: s.Mux, TLSConfig: s.TLS, ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog: slog.NewLogLogger(s.Log.Handler(), slog.LevelDebug)}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		<-ctx.Done()
+		shut, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(shut)
+	}()
+	err := srv.Serve(tls.NewListener(ln, s.TLS))
+	if errors.Is(err, http.ErrServerClosed) {
+		<-done
+		return nil
+	}
+	return err
+}
+
+// Close releases the stores.
+func (s *proxyServer) Close() {
+	if s.Users != nil {
+		s.Users.Close()
+	}
+	if s.Tokens != nil {
+		s.Tokens.Close()
+	}
+}
+
+func runProxy(cmd *cobra.Command, _ []string) error {
+	c, err := loadProxyConfig(cmd)
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+	s, err := buildProxy(cmd.Context(), c, log)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	ln, err := net.Listen("tcp", c.Listen)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "Limen proxy listening on https://%s\nCA fingerprint: %s\n", ln.Addr(), s.CA.Fingerprint())
+	log.Info("proxy started", "listen", ln.Addr().String(), "ca_fingerprint", s.CA.Fingerprint())
+	return s.Serve(cmd.Context(), ln)
+}
+
+// configuredClusters asks policy which of the configured clusters a
+// principal may reach. The cluster registry replaces the static list.
+type configuredClusters struct {
+	engine *policy.Engine
+	names  []string
+}
+
+func (c configuredClusters) Clusters(ctx context.Context, p identity.Principal) ([]string, error) {
+	cands := make([]policy.Cluster, 0, len(c.names))
+	for _, n := range c.names {
+		cands = append(cands, policy.Cluster{Name: n})
+	}
+	return c.engine.Clusters(ctx, p, cands)
+}

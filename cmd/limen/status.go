@@ -1,0 +1,78 @@
+package main
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/limenhq/limen/gateway/identity"
+)
+
+func newStatusCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show who you are logged in as, your traits, until when, and the clusters you may reach",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			v, err := loadConfig(cmd)
+			if err != nil {
+				return err
+			}
+			p, _, err := openProfile(v.GetString("proxy"))
+			if err != nil {
+				return err
+			}
+			creds, err := p.Credentials(time.Now())
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "Proxy:       %s\n", p.Proxy)
+			fmt.Fprintf(out, "Logged in as: %s\n", creds.Principal.String())
+			fmt.Fprintf(out, "Traits:      %s\n", formatTraits(creds.Principal))
+			left := time.Until(creds.Cert.NotAfter).Round(time.Minute)
+			fmt.Fprintf(out, "Valid until: %s (%s left)\n", creds.Cert.NotAfter.Local().Format(time.RFC1123), left)
+			client, err := p.Client(creds)
+			if err != nil {
+				return err
+			}
+			clusters, err := client.Clusters(cmd.Context())
+			if err != nil {
+				return fmt.Errorf("list clusters: %w", err)
+			}
+			names := make([]string, 0, len(clusters))
+			for _, c := range clusters {
+				names = append(names, c.Name)
+			}
+			if len(names) == 0 {
+				names = append(names, "(none)")
+			}
+			fmt.Fprintf(out, "Clusters:    %s\n", strings.Join(names, ", "))
+			return nil
+		},
+	}
+	cmd.Flags().String("proxy", "", "proxy HOST:PORT (default: the last one logged in to)")
+	return cmd
+}
+
+func formatTraits(p identity.Principal) string { return formatTraitMap(p.Traits) }
+
+// formatTraitMap prints traits as sorted KEY=V1,V2 pairs.
+func formatTraitMap(traits map[string][]string) string {
+	if len(traits) == 0 {
+		return "(none)"
+	}
+	keys := make([]string, 0, len(traits))
+	for k := range traits {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, k+"="+strings.Join(traits[k], ","))
+	}
+	return strings.Join(parts, " ")
+}

@@ -1,0 +1,232 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/viper"
+
+	"github.com/limenhq/limen/gateway/authapi"
+	"github.com/limenhq/limen/gateway/users"
+)
+
+func newUsersCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "users",
+		Short: "Manage local users (admin; --local writes the proxy's store directly)",
+		Long: `Manage Limen's local users. By default the commands call the proxy's admin
+API with your certificate, and policy (data.limen.admin.allow) decides.
+
+With --local --data-dir DIR they open the user store on the proxy host
+directly, with no policy check: this is how the first administrator is made:
+
+  limen users add alice --local --data-dir /var/lib/limen --trait groups=admins`,
+	}
+	pf := cmd.PersistentFlags()
+	pf.String("proxy", "", "proxy HOST:PORT (default: the last one logged in to)")
+	pf.Bool("local", false, "open the user store in --data-dir directly (on the proxy host)")
+	pf.String("data-dir", "", "the proxy's data directory, with --local")
+	cmd.AddCommand(newUsersAddCmd(), newUsersRmCmd(), newUsersLsCmd(), newUsersPasswdCmd())
+	return cmd
+}
+
+// userBackend is the local store or the admin API.
+type userBackend interface {
+	add(ctx context.Context, name, pw string, traits map[string][]string) error
+	remove(ctx context.Context, name string) error
+	passwd(ctx context.Context, name, pw string) error
+	list(ctx context.Context) ([]users.User, error)
+	close()
+}
+
+type localUsers struct{ s *users.Store }
+
+func (l localUsers) add(ctx context.Context, n, pw string, t map[string][]string) error {
+	return l.s.Add(ctx, n, pw, t)
+}
+func (l localUsers) remove(ctx context.Context, n string) error { return l.s.Remove(ctx, n) }
+func (l localUsers) passwd(ctx context.Context, n, pw string) error {
+	return l.s.SetPassword(ctx, n, pw)
+}
+func (l localUsers) list(ctx context.Context) ([]users.User, error) { return l.s.List(ctx) }
+func (l localUsers) close()                                         { l.s.Close() }
+
+type remoteUsers struct{ c *authapi.Client }
+
+func (r remoteUsers) add(ctx context.Context, n, pw string, t map[string][]string) error {
+	return r.c.AddUser(ctx, authapi.UserRequest{Name: n, Password: pw, Traits: t})
+}
+func (r remoteUsers) remove(ctx context.Context, n string) error { return r.c.RemoveUser(ctx, n) }
+func (r remoteUsers) passwd(ctx context.Context, n, pw string) error {
+	return r.c.SetPassword(ctx, n, pw)
+}
+func (r remoteUsers) list(ctx context.Context) ([]users.User, error) { return r.c.ListUsers(ctx) }
+func (r remoteUsers) close()                                         {}
+
+func openUsers(cmd *cobra.Command) (userBackend, *viper.Viper, error) {
+	v, err := loadConfig(cmd)
+	if err != nil {
+		return nil, nil, err
+	}
+	if v.GetBool("local") {
+		dir := v.GetString("data-dir")
+		if dir == "" {
+			return nil, nil, errors.New("data-dir: required with --local; set --data-dir or LIMEN_DATA_DIR")
+		}
+		s, err := users.Open(users.Path(dir), users.Options{})
+		if err != nil {
+			return nil, nil, err
+		}
+		return localUsers{s}, v, nil
+	}
+	c, err := adminClient(v.GetString("proxy"))
+	if err != nil {
+		return nil, nil, err
+	}
+	return remoteUsers{c}, v, nil
+}
+
+// adminClient is an API client presenting the stored certificate.
+func adminClient(proxy string) (*authapi.Client, error) {
+	p, _, err := openProfile(proxy)
+	if err != nil {
+		return nil, err
+	}
+	creds, err := p.Credentials(time.Now())
+	if err != nil {
+		return nil, err
+	}
+	return p.Client(creds)
+}
+
+// parseTraits turns repeated KEY=VALUE flags into traits.
+func parseTraits(flags []string) (map[string][]string, error) {
+	if len(flags) == 0 {
+		return nil, nil
+	}
+	t := map[string][]string{}
+	for _, f := range flags {
+		k, val, ok := strings.Cut(f, "=")
+		if !ok || k == "" || val == "" {
+			return nil, fmt.Errorf("trait %q: want KEY=VALUE, for example groups=admins", f)
+		}
+		t[k] = append(t[k], val)
+	}
+	return t, nil
+}
+
+func newUsersAddCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "add NAME",
+		Short: "Create a local user",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			b, v, err := openUsers(cmd)
+			if err != nil {
+				return err
+			}
+			defer b.close()
+			traits, err := parseTraits(v.GetStringSlice("trait"))
+			if err != nil {
+				return err
+			}
+			pw, err := readPassword(cmd, v.GetBool("password-stdin"), "Password for "+args[0]+": ", true)
+			if err != nil {
+				return err
+			}
+			if err := b.add(cmd.Context(), args[0], pw, traits); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "Added user %s.\n", args[0])
+			return nil
+		},
+	}
+	cmd.Flags().StringSlice("trait", nil, "trait KEY=VALUE, repeatable (groups=admins makes an administrator under the default policy)")
+	cmd.Flags().Bool("password-stdin", false, "read the password from the first line of standard input")
+	return cmd
+}
+
+func newUsersRmCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "rm NAME",
+		Short: "Delete a local user (certificates already issued stay valid until they expire)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			b, _, err := openUsers(cmd)
+			if err != nil {
+				return err
+			}
+			defer b.close()
+			if err := b.remove(cmd.Context(), args[0]); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "Removed user %s.\n", args[0])
+			return nil
+		},
+	}
+}
+
+func newUsersPasswdCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "passwd NAME",
+		Short: "Set a local user's password",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			b, v, err := openUsers(cmd)
+			if err != nil {
+				return err
+			}
+			defer b.close()
+			pw, err := readPassword(cmd, v.GetBool("password-stdin"), "New password for "+args[0]+": ", true)
+			if err != nil {
+				return err
+			}
+			if err := b.passwd(cmd.Context(), args[0], pw); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "Password of %s changed.\n", args[0])
+			return nil
+		},
+	}
+	cmd.Flags().Bool("password-stdin", false, "read the password from the first line of standard input")
+	return cmd
+}
+
+func newUsersLsCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "ls",
+		Short: "List local users",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			b, v, err := openUsers(cmd)
+			if err != nil {
+				return err
+			}
+			defer b.close()
+			list, err := b.list(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if v.GetBool("json") {
+				if list == nil {
+					list = []users.User{}
+				}
+				return json.NewEncoder(cmd.OutOrStdout()).Encode(list)
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tTRAITS\tCREATED")
+			for _, u := range list {
+				fmt.Fprintf(tw, "%s\t%s\t%s\n", u.Name, formatTraitMap(u.Traits), u.Created.Format(time.DateOnly))
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().Bool("json", false, "print JSON")
+	return cmd
+}
