@@ -32,6 +32,8 @@ of precedence.`,
 
 	root.AddCommand(
 		newVersionCmd(),
+		newProxyCmd(), newWorkerCmd(), newLoginCmd(), newLogoutCmd(), newStatusCmd(),
+		newUsersCmd(), newKubeCmd(), newTokensCmd(),
 	)
 	return root
 }
