@@ -109,6 +109,9 @@ func (s *Server) ServeConn(ctx context.Context, conn *tls.Conn, cluster string) 
 	if err := checkTLS(ctx, conn, t); err != nil {
 		return err
 	}
+	// Liveness is the control stream's job from here; drop any deadline
+	// the listener set for the handshake.
+	_ = conn.SetDeadline(time.Time{})
 	sess, err := yamux.Client(conn, yamuxConfig(t, log))
 	if err != nil {
 		return fmt.Errorf("yamux: %w", err)
