@@ -25,38 +25,20 @@ bound contains role if {
 	some role in data.limen.config.bindings.traits[trait][value]
 }
 
-# selects(role, cluster) holds when one of the role's cluster selectors matches cluster.
+# selects(role, cluster) holds when one of the role's cluster selectors matches
+# cluster. A selector names a cluster ("*" for any), lists labels that must
+# all be equal, or both; data validation refuses a selector with neither, so
+# the hot path does not check again.
 selects(role, cluster) if {
 	some sel in data.limen.config.roles[role].clusters
-	matches(sel, cluster)
+	object.get(sel, "name", cluster.name) in {"*", cluster.name}
+	object.subset(object.get(cluster, "labels", {}), object.get(sel, "labels", {}))
 }
 
-# matches(sel, cluster): a selector names a cluster ("*" for any), lists labels
-# that must all be equal, or both. A selector with neither matches nothing.
-matches(sel, cluster) if {
-	has_selector(sel)
-	name_ok(sel, cluster)
-	labels_ok(sel, cluster)
-}
-
+# has_selector(sel) holds when sel names a cluster or lists labels.
 has_selector(sel) if sel.name
 
 has_selector(sel) if count(sel.labels) > 0
-
-name_ok(sel, _) if not sel.name
-
-name_ok(sel, _) if sel.name == "*"
-
-name_ok(sel, cluster) if sel.name == cluster.name
-
-labels_ok(sel, _) if not sel.labels
-
-labels_ok(sel, cluster) if {
-	is_object(sel.labels)
-	every key, value in sel.labels {
-		cluster.labels[key] == value
-	}
-}
 
 # valid_group(g) holds for group names Limen may grant: 1-253 characters of
 # letters, digits and ":._@-", starting with a letter or digit, and never in

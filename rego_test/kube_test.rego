@@ -97,3 +97,24 @@ test_clusters_for_trait if {
 test_no_data_grants_nothing if {
 	kube.groups == set() with input as {"principal": fixtures.alice, "cluster": fixtures.demo}
 }
+
+# groups inlines the selector logic for speed; it must agree with grants,
+# which uses roles.selects.
+test_groups_agrees_with_grants if {
+	principals := [
+		fixtures.alice, fixtures.bob, fixtures.bot, fixtures.admin,
+		{"kind": "user", "name": "erin"},
+		{"kind": "user", "name": "x", "traits": {"groups": ["eu-oncall", "dev"]}},
+	]
+	clusters := [
+		fixtures.demo, fixtures.prod, fixtures.prod_eu, {"name": "prod"},
+		{"name": "prod", "labels": {"tier": "gold"}},
+	]
+	every p in principals {
+		every c in clusters {
+			g := kube.grants with data.limen.config as fixtures.config
+				with input as {"principal": p, "cluster": c}
+			groups_for(p, c) == {x | some gs in g; some x in gs}
+		}
+	}
+}

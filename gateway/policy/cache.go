@@ -20,17 +20,17 @@ func newDecisionCache(max int) *decisionCache {
 }
 
 // get returns the cached groups; callers must not modify them.
-func (c *decisionCache) get(key string) ([]string, bool) {
+func (c *decisionCache) get(key []byte) ([]string, bool) {
 	if c == nil {
 		return nil, false
 	}
 	c.mu.RLock()
-	g, ok := c.m[key]
+	g, ok := c.m[string(key)] // no allocation: the compiler special-cases this lookup
 	c.mu.RUnlock()
 	return g, ok
 }
 
-func (c *decisionCache) put(key string, groups []string) {
+func (c *decisionCache) put(key []byte, groups []string) {
 	if c == nil {
 		return
 	}
@@ -38,6 +38,6 @@ func (c *decisionCache) put(key string, groups []string) {
 	if len(c.m) >= c.max {
 		c.m = make(map[string][]string, c.max/4)
 	}
-	c.m[key] = groups
+	c.m[string(key)] = groups
 	c.mu.Unlock()
 }

@@ -121,7 +121,8 @@ func (e *Engine) Groups(ctx context.Context, p identity.Principal, c Cluster) (D
 	if err != nil {
 		return Decision{}, err
 	}
-	key := cacheKey(p, c)
+	var buf [256]byte
+	key := appendCacheKey(buf[:0], p, c)
 	if g, ok := s.cache.get(key); ok {
 		return Decision{Groups: slices.Clone(g), Revision: s.revision}, nil
 	}

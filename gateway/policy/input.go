@@ -95,60 +95,54 @@ func adminInput(p identity.Principal, action string) ast.Value {
 	)
 }
 
-// cacheKey identifies a (principal, cluster) pair unambiguously: every
-// string is length-prefixed, and maps are written in key order.
-func cacheKey(p identity.Principal, c Cluster) string {
-	var b strings.Builder
-	b.Grow(64 + len(p.Name) + len(c.Name))
-	put := func(s string) {
-		b.WriteString(strconv.Itoa(len(s)))
-		b.WriteByte(':')
-		b.WriteString(s)
-	}
-	put(string(p.Kind))
-	put(p.Name)
-	writeSorted(&b, len(p.Traits), func(yield func(string)) {
-		for k := range p.Traits {
-			yield(k)
-		}
-	}, func(k string) {
-		put(k)
-		b.WriteString(strconv.Itoa(len(p.Traits[k])))
+// appendCacheKey appends a key that identifies a (principal, cluster) pair
+// unambiguously: every string is length-prefixed and every map is counted
+// and written in key order. Callers pass a stack buffer so that a cache hit
+// allocates nothing for the key.
+func appendCacheKey(b []byte, p identity.Principal, c Cluster) []byte {
+	b = appendString(b, string(p.Kind))
+	b = appendString(b, p.Name)
+	b = strconv.AppendInt(b, int64(len(p.Traits)), 10)
+	var kbuf [8]string
+	for _, k := range sortedKeys(kbuf[:0], p.Traits) {
+		b = appendString(b, k)
+		b = strconv.AppendInt(b, int64(len(p.Traits[k])), 10)
 		for _, v := range p.Traits[k] {
-			put(v)
+			b = appendString(b, v)
 		}
-	})
-	put(c.Name)
-	writeSorted(&b, len(c.Labels), func(yield func(string)) {
-		for k := range c.Labels {
-			yield(k)
-		}
-	}, func(k string) {
-		put(k)
-		put(c.Labels[k])
-	})
-	return b.String()
+	}
+	b = appendString(b, c.Name)
+	b = strconv.AppendInt(b, int64(len(c.Labels)), 10)
+	for _, k := range sortedKeys(kbuf[:0], c.Labels) {
+		b = appendString(b, k)
+		b = appendString(b, c.Labels[k])
+	}
+	return b
 }
 
-// writeSorted writes n, then each key in order through write. A stack array
-// keeps the common case (a few traits or labels) free of allocations.
-func writeSorted(b *strings.Builder, n int, keys func(func(string)), write func(string)) {
-	b.WriteByte('{')
-	b.WriteString(strconv.Itoa(n))
-	var buf [8]string
-	ks := buf[:0]
-	keys(func(k string) { ks = append(ks, k) })
-	slices.Sort(ks)
-	for _, k := range ks {
-		write(k)
+// cacheKey is appendCacheKey as a string, for tests.
+func cacheKey(p identity.Principal, c Cluster) string { return string(appendCacheKey(nil, p, c)) }
+
+func appendString(b []byte, s string) []byte {
+	b = strconv.AppendInt(b, int64(len(s)), 10)
+	b = append(b, ':')
+	return append(b, s...)
+}
+
+func sortedKeys[V any](keys []string, m map[string]V) []string {
+	for k := range m {
+		keys = append(keys, k)
 	}
-	b.WriteByte('}')
+	if len(keys) > 1 {
+		slices.Sort(keys)
+	}
+	return keys
 }
 
 // validGroup mirrors the Rego valid_group rule; the engine re-applies it to
 // every decision so that a custom policy cannot hand out a system: group.
 func validGroup(g string) bool {
-	if g == "" || len(g) > 253 || strings.HasPrefix(strings.ToLower(g), "system:") {
+	if g == "" || len(g) > 253 || (len(g) >= 7 && strings.EqualFold(g[:7], "system:")) {
 		return false
 	}
 	for i := 0; i < len(g); i++ {

@@ -12,8 +12,8 @@ import (
 	"github.com/open-policy-agent/opa/v1/storage/inmem"
 )
 
-// The decisions Limen asks. groups, clusters and allow are required; grants
-// (explanations) and errors (data validation) are used when the bundle has them.
+// The decisions Limen asks. All but grants (explanations) are required: the
+// hot path trusts data validation (errors) to have refused malformed data.
 const (
 	queryGroups   = "data.limen.kube.groups"
 	queryGrants   = "data.limen.kube.grants"
@@ -51,7 +51,7 @@ func compile(ctx context.Context, c content, cacheEntries int) (*snapshot, error
 	if compiler.Failed() {
 		return nil, fmt.Errorf("%w: policy does not compile: %v", ErrBundleRefused, compiler.Errors)
 	}
-	for _, q := range []string{queryGroups, queryClusters, queryAdmin} {
+	for _, q := range []string{queryGroups, queryClusters, queryAdmin, queryErrors} {
 		if len(compiler.GetRulesExact(ast.MustParseRef(q))) == 0 {
 			return nil, fmt.Errorf("%w: policy defines no %s: every Limen bundle must", ErrBundleRefused, q)
 		}
@@ -85,7 +85,7 @@ func compile(ctx context.Context, c content, cacheEntries int) (*snapshot, error
 		}
 		s.grants = &g
 	}
-	if err := checkData(ctx, compiler, prepare); err != nil {
+	if err := checkData(ctx, prepare); err != nil {
 		return nil, err
 	}
 	if err := probe(ctx, s, c.data); err != nil {
@@ -94,11 +94,8 @@ func compile(ctx context.Context, c content, cacheEntries int) (*snapshot, error
 	return s, nil
 }
 
-// checkData evaluates the bundle's own data validation, when it has one.
-func checkData(ctx context.Context, compiler *ast.Compiler, prepare func(string) (rego.PreparedEvalQuery, error)) error {
-	if len(compiler.GetRulesExact(ast.MustParseRef(queryErrors))) == 0 {
-		return nil
-	}
+// checkData evaluates the bundle's own data validation.
+func checkData(ctx context.Context, prepare func(string) (rego.PreparedEvalQuery, error)) error {
 	pq, err := prepare(queryErrors)
 	if err != nil {
 		return err
