@@ -16,7 +16,9 @@ func (d *Decoder) openChannel() error {
 	case ChannelStdout, ChannelStderr, ChannelError:
 		ok = d.cfg.Direction == stream.ServerToClient
 	case ChannelClose:
-		ok = d.cfg.Mode == ModeChannelV5
+		// client-go sends [255, 0] after stdin's EOF even under v4, where the
+		// server ignores it as an unknown channel; only v5 gives it meaning.
+		ok = true
 	}
 	if !ok {
 		return fmt.Errorf("channel %d is not allowed %s in %s", d.channel, d.cfg.Direction, modeName(d.cfg.Mode))
@@ -42,6 +44,9 @@ func (d *Decoder) channelData(p []byte) error {
 	case ChannelResize:
 		return d.resize.Feed(p, d.resized)
 	case ChannelClose:
+		if d.cfg.Mode != ModeChannelV5 {
+			return nil
+		}
 		if len(d.closeMsg)+len(p) > 1 {
 			return fmt.Errorf("close signal longer than [255, channel]")
 		}
@@ -52,6 +57,9 @@ func (d *Decoder) channelData(p []byte) error {
 
 // closeSignal reports a complete v5 close signal.
 func (d *Decoder) closeSignal() error {
+	if d.cfg.Mode != ModeChannelV5 {
+		return nil
+	}
 	if len(d.closeMsg) != 1 {
 		return fmt.Errorf("close signal without a channel")
 	}
