@@ -34,11 +34,13 @@ func roundTrip(t *testing.T, srv *Server, cluster, msg string) {
 	}
 }
 
-func TestEndToEnd(t *testing.T) {
-	checkGoroutines(t)
+// connectedPair starts a proxy whose OnConnect pushes a lock list and
+// answers "audit.batch" requests, and one worker for c1 that answers "ping"
+// requests; other control messages land on the returned channels.
+func connectedPair(t *testing.T) (srv *Server, wk *Client, toWorker, fromWorker chan Message) {
 	pki := newPKI(t)
-	fromWorker := make(chan Message, 10)
-	srv := &Server{
+	toWorker, fromWorker = make(chan Message, 10), make(chan Message, 10)
+	srv = &Server{
 		Logger: testLogger(t),
 		Timing: testTiming(),
 		OnConnect: func(ctx context.Context, w *Worker) error {
@@ -55,9 +57,6 @@ func TestEndToEnd(t *testing.T) {
 		},
 	}
 	p := startProxy(t, pki, srv, "127.0.0.1:0")
-
-	toWorker := make(chan Message, 10)
-	var wk *Client
 	wk = newWorker(t, pki, p.addr(), "c1", "w1", echo)
 	wk.OnMessage = func(ctx context.Context, m Message) {
 		if m.Type == "ping" {
@@ -69,26 +68,36 @@ func TestEndToEnd(t *testing.T) {
 	}
 	startWorker(t, wk)
 	eventually(t, "worker connected", func() bool { return srv.Connected("c1") && wk.Connected() })
-
 	// OnConnect's push arrives before anything else.
 	if m := recv(t, toWorker); m.Type != "lock.list" || string(m.Body) != `["mallory"]` {
 		t.Fatalf("first message to worker = %+v", m)
 	}
+	return srv, wk, toWorker, fromWorker
+}
+
+func TestEndToEnd(t *testing.T) {
+	checkGoroutines(t)
+	srv, _, _, _ := connectedPair(t)
 	const req = "GET /api HTTP/1.1\r\n\r\n"
 	roundTrip(t, srv, "c1", req)
 	eventually(t, "stream closed", func() bool { return srv.Stats().StreamsOpen == 0 })
 	if st := srv.Stats(); st != (Stats{Workers: 1, StreamsOpened: 1, BytesIn: uint64(len(req)), BytesOut: uint64(len(req))}) {
 		t.Fatalf("Stats() = %+v", st)
 	}
-
 	ws := srv.Workers()
 	if len(ws) != 1 || ws[0].WorkerID != "w1" || ws[0].Cluster != "c1" || ws[0].Version != "test" ||
 		!ws[0].Ready || ws[0].Opened != 1 || ws[0].SessionID == "" {
 		t.Fatalf("Workers() = %+v", ws)
 	}
+}
 
+func TestControlMessages(t *testing.T) {
+	checkGoroutines(t)
+	srv, wk, toWorker, fromWorker := connectedPair(t)
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
+	session := srv.Workers()[0].SessionID
+
 	// Proxy → worker: broadcast to one cluster, to all, and to one session.
 	lock, _ := NewMessage("lock.set", map[string]string{"user": "bob"})
 	if err := srv.Broadcast(ctx, "c1", lock); err != nil {
@@ -97,7 +106,10 @@ func TestEndToEnd(t *testing.T) {
 	if err := srv.Broadcast(ctx, "", Message{Type: "kill"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := srv.SendTo(ctx, ws[0].SessionID, Message{Type: "direct"}); err != nil {
+	if err := srv.Broadcast(ctx, "other", Message{Type: "nobody"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.SendTo(ctx, session, Message{Type: "direct"}); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"lock.set", "kill", "direct"} {
@@ -121,10 +133,7 @@ func TestEndToEnd(t *testing.T) {
 		t.Fatalf("request = %+v, %v", ack, err)
 	}
 	// Proxy → worker request.
-	var w *Worker
-	for _, x := range srv.snapshot("c1") {
-		w = x
-	}
+	w := srv.snapshot("c1")[0]
 	if r, err := w.Request(ctx, Message{Type: "ping"}); err != nil || r.Type != "pong" {
 		t.Fatalf("proxy request = %+v, %v", r, err)
 	}
