@@ -4,8 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -42,41 +40,6 @@ var goldens = []struct {
 		[]string{"resize 100x40", "exit 0"}},
 	{"portforward-tunnel", func(ctx context.Context) (capture.Session, error) { return capture.PortForward(ctx, true) },
 		[]string{fmt.Sprintf("port-data 8080 client→server %d", capture.PayloadSize), fmt.Sprintf("port-data 8080 server→client %d", capture.PayloadSize), "port-error 9999"}},
-}
-
-type golden struct {
-	proto          string
-	client, server []byte
-}
-
-func loadGolden(t *testing.T, name string, capt func(context.Context) (capture.Session, error)) golden {
-	t.Helper()
-	base := filepath.Join("testdata", name)
-	if *update && capt != nil {
-		s, err := capt(context.Background())
-		if err != nil {
-			t.Fatalf("capture %s: %v", name, err)
-		}
-		for ext, b := range map[string][]byte{".proto": []byte(s.Protocol + "\n"), ".client": s.Client, ".server": s.Server} {
-			if err := os.WriteFile(base+ext, b, 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	var g golden
-	for ext, dst := range map[string]*[]byte{".client": &g.client, ".server": &g.server} {
-		b, err := os.ReadFile(base + ext)
-		if err != nil {
-			t.Fatalf("%v (run go test -run TestGolden -update)", err)
-		}
-		*dst = b
-	}
-	p, err := os.ReadFile(base + ".proto")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g.proto = strings.TrimSpace(string(p))
-	return g
 }
 
 // pair is both directions' decoders for one connection.
@@ -119,13 +82,13 @@ func newPair(t testing.TB, proto string, h stream.Handler) *pair {
 
 // decode feeds the client bytes then the server bytes, each split into the
 // given chunks, and returns the event log.
-func decode(t testing.TB, g golden, clientCuts, serverCuts []int) (string, error) {
+func decode(t testing.TB, g capture.Session, clientCuts, serverCuts []int) (string, error) {
 	log := &capture.Log{}
-	p := newPair(t, g.proto, log)
-	if err := feed(p.client, g.client, clientCuts); err != nil {
+	p := newPair(t, g.Protocol, log)
+	if err := capture.Feed(p.client, g.Client, clientCuts); err != nil {
 		return log.String(), err
 	}
-	if err := feed(p.server, g.server, serverCuts); err != nil {
+	if err := capture.Feed(p.server, g.Server, serverCuts); err != nil {
 		return log.String(), err
 	}
 	for _, c := range p.closers {
@@ -136,38 +99,19 @@ func decode(t testing.TB, g golden, clientCuts, serverCuts []int) (string, error
 	return log.String(), nil
 }
 
-func feed(w interface{ Write([]byte) (int, error) }, b []byte, cuts []int) error {
-	prev := 0
-	for _, c := range append(cuts, len(b)) {
-		if _, err := w.Write(b[prev:c]); err != nil {
-			return err
-		}
-		prev = c
-	}
-	return nil
-}
-
 func TestGolden(t *testing.T) {
 	for _, tc := range goldens {
 		t.Run(tc.name, func(t *testing.T) {
-			g := loadGolden(t, tc.name, tc.capture)
+			capt := tc.capture
+			if !*update {
+				capt = nil
+			}
+			g := capture.Golden(t, tc.name, capt)
 			got, err := decode(t, g, nil, nil)
 			if err != nil {
 				t.Fatalf("decode: %v\nlog so far:\n%s", err, got)
 			}
-			events := filepath.Join("testdata", tc.name+".events")
-			if *update {
-				if err := os.WriteFile(events, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(events)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got != string(want) {
-				t.Errorf("events differ from %s:\ngot:\n%s\nwant:\n%s", events, got, want)
-			}
+			capture.CheckEvents(t, tc.name, got, *update)
 			for _, line := range tc.want {
 				if !strings.Contains(got, line) {
 					t.Errorf("events lack %q:\n%s", line, got)
@@ -185,32 +129,8 @@ func TestGolden(t *testing.T) {
 func TestGoldenEverySplit(t *testing.T) {
 	for _, tc := range goldens {
 		t.Run(tc.name, func(t *testing.T) {
-			g := loadGolden(t, tc.name, nil)
-			want, err := decode(t, g, nil, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for k := 1; k < len(g.client); k++ {
-				if got, err := decode(t, g, []int{k}, nil); err != nil || got != want {
-					t.Fatalf("client split at %d: err=%v\n%s", k, err, got)
-				}
-			}
-			for k := 1; k < len(g.server); k++ {
-				if got, err := decode(t, g, nil, []int{k}); err != nil || got != want {
-					t.Fatalf("server split at %d: err=%v\n%s", k, err, got)
-				}
-			}
-			if got, err := decode(t, g, bytewise(len(g.client)), bytewise(len(g.server))); err != nil || got != want {
-				t.Fatalf("byte at a time: err=%v\n%s", err, got)
-			}
+			g := capture.Golden(t, tc.name, nil)
+			capture.EverySplit(t, g, func(c, s []int) (string, error) { return decode(t, g, c, s) })
 		})
 	}
-}
-
-func bytewise(n int) []int {
-	cuts := make([]int, 0, n)
-	for i := 1; i < n; i++ {
-		cuts = append(cuts, i)
-	}
-	return cuts
 }
