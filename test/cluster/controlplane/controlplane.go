@@ -47,6 +47,7 @@ type Cluster struct {
 	CAFile     string // the CA that signed every certificate, the API server's included
 	Admin      *rest.Config
 	Client     kubernetes.Interface
+	Kubelet    *kubelet.Kubelet // the fake node, for tests that ask what reached it
 
 	procs   []*process
 	cancel  context.CancelFunc
@@ -262,6 +263,7 @@ func (c *Cluster) startKubelet(ctx context.Context, p *pki, port int, logger *sl
 		Cert: cert, ClientCAs: p.caPool(), WorkDir: filepath.Join(c.Dir, "pods"),
 		Logger: logger.With("component", "kubelet"),
 	}
+	c.Kubelet = k
 	ready := make(chan struct{})
 	c.kubelet = make(chan error, 1)
 	go func() { c.kubelet <- k.Run(kctx, ready) }()

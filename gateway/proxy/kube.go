@@ -1,0 +1,175 @@
+// Package proxy is Limen's user-facing side: it authenticates kubectl by
+// client certificate, asks the policy which groups the user may assume on
+// the target cluster, signs a grant and relays the request over a tunnel
+// stream to a worker of that cluster.
+package proxy
+
+import (
+	"context"
+	"crypto/ed25519"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/limenhq/limen/gateway/audit"
+	"github.com/limenhq/limen/gateway/grant"
+	"github.com/limenhq/limen/gateway/identity"
+	"github.com/limenhq/limen/gateway/kpath"
+	"github.com/limenhq/limen/gateway/kreq"
+	"github.com/limenhq/limen/gateway/policy"
+	"github.com/limenhq/limen/gateway/tunnel"
+)
+
+// Decider is the policy question the proxy asks.
+type Decider interface {
+	Groups(ctx context.Context, p identity.Principal, c policy.Cluster) (policy.Decision, error)
+}
+
+// Opener opens a tunnel stream to a worker of a cluster.
+type Opener interface {
+	Open(ctx context.Context, cluster string) (net.Conn, error)
+}
+
+// Authenticator turns a request's verified client certificate into a
+// principal and the certificate's expiry.
+type Authenticator func(r *http.Request) (identity.Principal, time.Time, error)
+
+// Kube serves /k8s/CLUSTER/…: authenticate → decide → grant → tunnel.
+type Kube struct {
+	Authenticate Authenticator
+	Policy       Decider
+	Tunnel       Opener
+	Audit        audit.Sink
+	GrantKey     ed25519.PrivateKey
+	// Clusters returns the labels the policy sees for a cluster name; an
+	// unknown cluster has none.
+	Clusters func(name string) policy.Cluster
+	// GrantTTL bounds a grant's life; it never outlives the certificate.
+	GrantTTL time.Duration
+	Logger   *slog.Logger
+	Now      func() time.Time
+
+	relay *httputil.ReverseProxy
+}
+
+// DefaultGrantTTL is a grant's life when Kube.GrantTTL is zero. A grant
+// covers one request (or one stream), so it can be short.
+const DefaultGrantTTL = 5 * time.Minute
+
+// ServeHTTP handles one Kubernetes request.
+func (k *Kube) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// Identity headers go first, before anything reads the request.
+	kreq.StripIdentity(r.Header)
+	now := k.Now()
+	cluster, path, err := kpath.FromRequest(r)
+	if err != nil {
+		writeStatus(w, http.StatusBadRequest, "the request path is not canonical: "+err.Error())
+		return
+	}
+	deny := func(code int, p identity.Principal, reason, msg string) {
+		k.denied(r, p, cluster, reason)
+		writeStatus(w, code, msg)
+	}
+	p, certExpiry, err := k.Authenticate(r)
+	if err != nil {
+		deny(http.StatusUnauthorized, identity.Principal{}, "authentication: "+err.Error(),
+			"Limen could not authenticate you ("+err.Error()+"); run limen login")
+		return
+	}
+	dec, err := k.Policy.Groups(r.Context(), p, k.Clusters(cluster))
+	if err != nil {
+		k.Logger.Error("policy decision", "cluster", cluster, "user", p.String(), "err", err)
+		writeStatus(w, http.StatusServiceUnavailable, "Limen's policy is unavailable; try again or ask your operator")
+		return
+	}
+	if len(dec.Groups) == 0 {
+		deny(http.StatusForbidden, p, "policy grants no group on "+cluster,
+			fmt.Sprintf("Limen policy grants %s no group on cluster %q", p.Name, cluster))
+		return
+	}
+	token, sid, err := k.sign(r, p, dec.Groups, cluster, now, certExpiry)
+	if err != nil {
+		k.Logger.Error("sign grant", "err", err)
+		writeStatus(w, http.StatusInternalServerError, "Limen could not sign a grant")
+		return
+	}
+	stream, err := k.Tunnel.Open(r.Context(), cluster)
+	if err != nil {
+		if errors.Is(err, tunnel.ErrNoWorker) {
+			writeStatus(w, http.StatusServiceUnavailable, fmt.Sprintf("no Limen worker is connected for cluster %q", cluster))
+			return
+		}
+		writeStatus(w, http.StatusBadGateway, "Limen could not reach the worker: "+err.Error())
+		return
+	}
+	ctx := context.WithValue(r.Context(), relayKey{}, &relayState{conn: stream, token: token, session: sid, sink: k.Audit, path: path})
+	k.relayProxy().ServeHTTP(w, r.WithContext(ctx))
+}
+
+func (k *Kube) sign(r *http.Request, p identity.Principal, groups []string, cluster string, now, certExpiry time.Time) ([]byte, string, error) {
+	sid, err := grant.NewSessionID()
+	if err != nil {
+		return nil, "", err
+	}
+	ttl := k.GrantTTL
+	if ttl <= 0 {
+		ttl = DefaultGrantTTL
+	}
+	exp := now.Add(ttl)
+	if certExpiry.Before(exp) {
+		exp = certExpiry
+	}
+	token, err := grant.Sign(k.GrantKey, grant.Grant{
+		SessionID: sid, Principal: p, Groups: groups, Cluster: cluster,
+		IssuedAt: now, ExpiresAt: exp, ClientAddr: r.RemoteAddr,
+	})
+	return token, sid, err
+}
+
+// denied records a refusal at the proxy. A refusal that cannot be audited
+// is still a refusal, so the error is only logged.
+func (k *Kube) denied(r *http.Request, p identity.Principal, cluster, reason string) {
+	ev := audit.Event{
+		Type: audit.TypeAuthDenied, Time: k.Now(), Principal: p, Cluster: cluster, ClientAddr: r.RemoteAddr,
+		Denied: &audit.Denied{Hop: audit.HopProxy, Reason: reason, Path: r.URL.Path},
+	}
+	if err := k.Audit.Emit(r.Context(), ev); err != nil {
+		k.Logger.Error("audit auth.denied", "err", err, "reason", reason)
+	}
+}
+
+// writeStatus answers with a Kubernetes Status object, so kubectl prints
+// the message as it prints the API server's own errors.
+func writeStatus(w http.ResponseWriter, code int, msg string) {
+	st := metav1.Status{
+		TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
+		Status:   metav1.StatusFailure, Message: msg, Code: int32(code),
+		Reason: reasonFor(code),
+	}
+	b, _ := json.Marshal(st)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(code)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+func reasonFor(code int) metav1.StatusReason {
+	switch code {
+	case http.StatusBadRequest:
+		return metav1.StatusReasonBadRequest
+	case http.StatusUnauthorized:
+		return metav1.StatusReasonUnauthorized
+	case http.StatusForbidden:
+		return metav1.StatusReasonForbidden
+	case http.StatusServiceUnavailable:
+		return metav1.StatusReasonServiceUnavailable
+	}
+	return metav1.StatusReasonInternalError
+}

@@ -1,0 +1,137 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"sync"
+
+	"github.com/limenhq/limen/gateway/audit"
+	"github.com/limenhq/limen/gateway/grant"
+	"github.com/limenhq/limen/gateway/kpath"
+)
+
+type relayKey struct{}
+
+// relayState is what one request carries to the stream transport.
+type relayState struct {
+	conn    net.Conn
+	token   []byte
+	session string
+	sink    audit.Sink
+	path    kpath.Path // below /k8s/CLUSTER
+}
+
+// errAuditUnavailable marks a response dropped because its audit event could
+// not be stored: the user gets 503 and nothing of the response.
+var errAuditUnavailable = errors.New("audit trail unavailable")
+
+func (k *Kube) relayProxy() *httputil.ReverseProxy {
+	if k.relay != nil {
+		return k.relay
+	}
+	k.relay = &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			// The worker sees the path below /k8s/CLUSTER, byte for byte as
+			// the proxy parsed it.
+			st := pr.In.Context().Value(relayKey{}).(*relayState)
+			pr.Out.URL.Scheme, pr.Out.URL.Host = "http", "worker"
+			st.path.SetURL(pr.Out.URL)
+			pr.Out.Host = "worker"
+		},
+		Transport:     streamTransport{},
+		FlushInterval: -1,
+		ErrorLog:      nil,
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if errors.Is(err, errAuditUnavailable) {
+				k.Logger.Error("audit unavailable: response dropped", "err", err)
+				writeStatus(w, http.StatusServiceUnavailable, "Limen's audit trail is unavailable, so the response was dropped; try again later")
+				return
+			}
+			if errors.Is(err, context.Canceled) {
+				return // the client went away
+			}
+			k.Logger.Warn("relay to worker", "err", err)
+			writeStatus(w, http.StatusBadGateway, "the request to the Limen worker failed: "+err.Error())
+		},
+	}
+	return k.relay
+}
+
+// streamTransport sends one request over its tunnel stream: the grant
+// preamble, the request, then it reads the worker's audit event, stores it,
+// and only then reads the response.
+type streamTransport struct{}
+
+func (streamTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	st, ok := req.Context().Value(relayKey{}).(*relayState)
+	if !ok {
+		return nil, errors.New("no tunnel stream for this request")
+	}
+	conn := st.conn
+	// An idle watch never writes: close the stream when the client leaves.
+	stop := context.AfterFunc(req.Context(), func() { conn.Close() })
+	fail := func(err error) (*http.Response, error) {
+		stop()
+		conn.Close()
+		return nil, err
+	}
+	if err := grant.WritePreamble(conn, st.token); err != nil {
+		return fail(fmt.Errorf("write grant: %w", err))
+	}
+	if err := req.Write(conn); err != nil {
+		return fail(fmt.Errorf("write request: %w", err))
+	}
+	br := bufio.NewReaderSize(conn, 32<<10)
+	ev, err := audit.ReadEvent(br, 0)
+	if err != nil {
+		return fail(fmt.Errorf("read audit event from worker: %w", err))
+	}
+	if ev.SessionID != "" && ev.SessionID != st.session {
+		return fail(fmt.Errorf("worker sent an audit event for session %q, want %q", ev.SessionID, st.session))
+	}
+	if err := st.sink.Emit(req.Context(), ev); err != nil {
+		return fail(fmt.Errorf("%w: %w", errAuditUnavailable, err))
+	}
+	resp, err := http.ReadResponse(br, req)
+	if err != nil {
+		return fail(fmt.Errorf("read response: %w", err))
+	}
+	body := &streamBody{r: br, conn: conn, stop: stop}
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		resp.Body = body // the stream is now raw bytes both ways
+		return resp, nil
+	}
+	body.r = resp.Body
+	resp.Body = body
+	return resp, nil
+}
+
+// streamBody is a response body that owns its tunnel stream. After a 101 it
+// is also the writable side of the upgraded connection.
+type streamBody struct {
+	r    io.Reader
+	conn net.Conn
+	stop func() bool
+	once sync.Once
+}
+
+func (b *streamBody) Read(p []byte) (int, error)  { return b.r.Read(p) }
+func (b *streamBody) Write(p []byte) (int, error) { return b.conn.Write(p) }
+
+func (b *streamBody) Close() error {
+	var err error
+	b.once.Do(func() {
+		b.stop()
+		if c, ok := b.r.(io.Closer); ok {
+			_ = c.Close()
+		}
+		err = b.conn.Close()
+	})
+	return err
+}

@@ -1,0 +1,123 @@
+// Package worker is Limen's cluster-side hop: for each tunnel stream it
+// verifies the grant, re-checks the groups against its own policy, strips
+// every client identity header, impersonates, forwards to the one API server
+// it was configured with, and audits — the event travelling ahead of the
+// response on the same stream.
+package worker
+
+import (
+	"bufio"
+	"context"
+	"crypto/ed25519"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/limenhq/limen/gateway/grant"
+	"github.com/limenhq/limen/gateway/identity"
+	"github.com/limenhq/limen/gateway/kpath"
+	"github.com/limenhq/limen/gateway/kreq"
+	"github.com/limenhq/limen/gateway/policy"
+)
+
+// Rechecker is the worker's own policy: which of the granted groups it
+// still allows.
+type Rechecker interface {
+	AllowGroups(ctx context.Context, p identity.Principal, c policy.Cluster, groups []string) ([]string, string, error)
+}
+
+// Handler serves tunnel streams for one cluster.
+type Handler struct {
+	Cluster  policy.Cluster
+	GrantKey ed25519.PublicKey
+	Policy   Rechecker
+	// Upstream is the API server's https URL; Transport carries its CA.
+	Upstream  *url.URL
+	Transport http.RoundTripper
+	// Token returns the worker's current ServiceAccount token.
+	Token  func() (string, error)
+	Logger *slog.Logger
+	Now    func() time.Time
+}
+
+// headerTimeout bounds how long a new stream may take to deliver its grant
+// and request head.
+const headerTimeout = 30 * time.Second
+
+// refusal is a request the worker answers itself.
+type refusal struct {
+	code   int
+	msg    string
+	reason string // for audit; empty when the refusal is not a denial
+}
+
+func (r *refusal) Error() string { return r.msg }
+
+// ServeStream handles one request stream from the proxy. It is the tunnel
+// client's Handler.
+func (h *Handler) ServeStream(ctx context.Context, stream net.Conn) {
+	defer stream.Close()
+	start := h.Now()
+	_ = stream.SetReadDeadline(start.Add(headerTimeout))
+	br := bufio.NewReaderSize(stream, 32<<10)
+	token, err := grant.ReadPreamble(br, grant.MaxTokenSize)
+	if err != nil {
+		h.Logger.Warn("bad stream preamble", "err", err)
+		return // not a proxy speaking the protocol: nothing to answer
+	}
+	req, err := http.ReadRequest(br)
+	if err != nil {
+		h.Logger.Warn("bad request on stream", "err", err)
+		return
+	}
+	_ = stream.SetReadDeadline(time.Time{})
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	req = req.WithContext(ctx)
+
+	x := &exchange{h: h, stream: stream, br: br, req: req, start: start}
+	g, path, groups, rf := h.admit(ctx, token, req)
+	x.grant, x.path = g, path
+	if rf != nil {
+		x.refuse(rf)
+		return
+	}
+	x.forward(ctx, cancel, groups)
+}
+
+// admit runs every check before forwarding: grant, path, policy re-check,
+// header sanitizing and the upstream token.
+func (h *Handler) admit(ctx context.Context, token []byte, req *http.Request) (grant.Grant, kpath.Path, []string, *refusal) {
+	// Identity headers go before anything else reads the request.
+	kreq.StripIdentity(req.Header)
+	g, err := grant.Verify(h.GrantKey, token, h.Cluster.Name, h.Now())
+	if err != nil {
+		if errors.Is(err, grant.ErrWrongCluster) {
+			// The proxy routed to a worker that does not serve the cluster:
+			// an operator problem, not a verdict on the user.
+			return g, kpath.Path{}, nil, &refusal{http.StatusServiceUnavailable,
+				"this Limen worker does not serve the requested cluster", "grant for another cluster: " + err.Error()}
+		}
+		return g, kpath.Path{}, nil, &refusal{http.StatusForbidden, "Limen grant refused: " + err.Error(), "grant: " + err.Error()}
+	}
+	rawPath, _, _ := strings.Cut(req.RequestURI, "?")
+	path, err := kpath.Parse(rawPath)
+	if err != nil {
+		return g, path, nil, &refusal{http.StatusBadRequest, "the request path is not canonical: " + err.Error(), ""}
+	}
+	allowed, _, err := h.Policy.AllowGroups(ctx, g.Principal, h.Cluster, g.Groups)
+	if err != nil {
+		return g, path, nil, &refusal{http.StatusServiceUnavailable, "the Limen worker's policy is unavailable", ""}
+	}
+	if len(allowed) == 0 {
+		return g, path, nil, &refusal{http.StatusForbidden,
+			fmt.Sprintf("the worker's policy allows %s none of the granted groups on %q", g.Principal.Name, h.Cluster.Name),
+			"worker policy allows none of " + strings.Join(g.Groups, ",")}
+	}
+	return g, path, allowed, nil
+}
