@@ -42,7 +42,7 @@ func TestClientChecksProxyTLS(t *testing.T) {
 			}()
 			c := newWorker(t, pki, ln.Addr().String(), "c1", "w1", echo)
 			c.TLSConfig.MinVersion = tls.VersionTLS12 // the client must raise this
-			c.TLSConfig.NextProtos = []string{"h2"}    // and replace this
+			c.TLSConfig.NextProtos = []string{"h2"}   // and replace this
 			conn, err := c.dial(context.Background(), testTiming().withDefaults())
 			if err == nil {
 				_ = conn.Close()
@@ -69,7 +69,12 @@ func TestServeConnChecksALPN(t *testing.T) {
 	})
 	client := tls.Client(b, &tls.Config{RootCAs: pki.pool, ServerName: "127.0.0.1", NextProtos: []string{"h2"}})
 	done := make(chan struct{})
-	go func() { defer close(done); _ = client.Handshake(); _, _ = client.Read(make([]byte, 1)); _ = client.Close() }()
+	go func() {
+		defer close(done)
+		_ = client.Handshake()
+		_, _ = client.Read(make([]byte, 1))
+		_ = client.Close()
+	}()
 	var srv Server
 	err := srv.ServeConn(context.Background(), server, "c1")
 	if err == nil || !strings.Contains(err.Error(), "ALPN") {
