@@ -68,7 +68,10 @@ func (s *Server) pick(cluster string, skip []*Worker) *Worker {
 
 // Open opens a data stream to a connected worker of cluster. It returns an
 // error wrapping ErrNoWorker when none is usable. ctx governs only the
-// open; close the returned conn to end the stream.
+// open; close the returned conn to end the stream. The open does not wait
+// for the worker's acknowledgement; it blocks only when 256 opens are
+// unacknowledged, and then for at most Timing.PeerTimeout, after which
+// yamux drops the wedged session.
 func (s *Server) Open(ctx context.Context, cluster string) (net.Conn, error) {
 	var failed []*Worker
 	for {
