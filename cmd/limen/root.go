@@ -32,6 +32,7 @@ of precedence.`,
 
 	root.AddCommand(
 		newVersionCmd(),
+		newAuditCmd(),
 		newProxyCmd(), newWorkerCmd(), newLoginCmd(), newLogoutCmd(), newStatusCmd(),
 		newUsersCmd(), newKubeCmd(), newTokensCmd(),
 	)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,6 +19,9 @@ import (
 
 // FileName is the audit database's name inside the proxy's data directory.
 const FileName = "audit.db"
+
+// Path is the audit database's path in the proxy's data directory.
+func Path(dataDir string) string { return filepath.Join(dataDir, FileName) }
 
 // DefaultMaxBatch is how many events one transaction commits at most.
 const DefaultMaxBatch = 512
@@ -78,7 +82,7 @@ type pending struct {
 }
 
 // Open opens (creating if needed, unless opts.ReadOnly) the store at path,
-// usually filepath.Join(dataDir, FileName).
+// usually Path(dataDir). Close it to stop its batcher.
 func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if opts.MaxBatch <= 0 {
 		opts.MaxBatch = DefaultMaxBatch

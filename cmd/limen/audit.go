@@ -1,0 +1,172 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/viper"
+
+	"github.com/limenhq/limen/gateway/audit"
+)
+
+func newAuditCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "audit",
+		Short: "Read the audit trail",
+	}
+	cmd.AddCommand(newAuditSearchCmd())
+	return cmd
+}
+
+func newAuditSearchCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "search",
+		Short: "Search audit events in the proxy's store (on the proxy host)",
+		Long: `Search the audit events the proxy has stored, newest last. The store is
+opened read-only in --data-dir (the proxy's data directory), so this runs on
+the proxy host, alongside a running proxy.
+
+  limen audit search --user alice --cluster prod --verb delete --since 24h
+  limen audit search --type auth.denied --since 2026-11-01T00:00:00Z --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			v, err := loadConfig(cmd)
+			if err != nil {
+				return err
+			}
+			q, err := auditQuery(v, time.Now())
+			if err != nil {
+				return err
+			}
+			dir := v.GetString("data-dir")
+			if dir == "" {
+				return errors.New("data-dir: required; set --data-dir or LIMEN_DATA_DIR to the proxy's data directory")
+			}
+			s, err := audit.Open(cmd.Context(), audit.Path(dir), audit.Options{ReadOnly: true})
+			if errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("no audit store at %s: is --data-dir the proxy's data directory, and has the proxy run?", audit.Path(dir))
+			}
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			events, err := s.Search(cmd.Context(), q)
+			if err != nil {
+				return err
+			}
+			if v.GetBool("json") {
+				return writeEventsJSON(cmd.OutOrStdout(), events)
+			}
+			return writeEventsTable(cmd.OutOrStdout(), events)
+		},
+	}
+	f := cmd.Flags()
+	f.String("data-dir", "", "the proxy's data directory")
+	f.String("user", "", "only events by this user or bot (NAME or KIND:NAME)")
+	f.String("cluster", "", "only events for this cluster")
+	f.String("verb", "", "only kube.request events with this Kubernetes verb (get, list, watch, delete, …)")
+	f.String("type", "", "only events of this type (kube.request, auth.denied, session.start, …)")
+	f.String("since", "", "only events newer than this: a duration (1h, 30m) or an RFC 3339 time")
+	f.Int("limit", 1000, "at most this many events, the newest")
+	f.Bool("json", false, "print one JSON event per line")
+	return cmd
+}
+
+// auditQuery builds the search from flags, validating each.
+func auditQuery(v *viper.Viper, now time.Time) (audit.Query, error) {
+	q := audit.Query{
+		User:    v.GetString("user"),
+		Cluster: v.GetString("cluster"),
+		Verb:    v.GetString("verb"),
+		Type:    audit.Type(v.GetString("type")),
+		Limit:   v.GetInt("limit"),
+	}
+	if q.Limit <= 0 {
+		return q, fmt.Errorf("limit %d: must be at least 1", q.Limit)
+	}
+	since, err := parseSince(v.GetString("since"), now)
+	if err != nil {
+		return q, err
+	}
+	q.Since = since
+	return q, nil
+}
+
+func parseSince(s string, now time.Time) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	if d, err := time.ParseDuration(s); err == nil {
+		if d <= 0 {
+			return time.Time{}, fmt.Errorf("since %q: a duration must be positive, like 1h", s)
+		}
+		return now.Add(-d), nil
+	}
+	if t, err := time.Parse(time.RFC3339, s); err == nil {
+		return t, nil
+	}
+	return time.Time{}, fmt.Errorf("since %q: want a duration like 1h or 30m, or an RFC 3339 time like 2026-11-01T00:00:00Z", s)
+}
+
+func writeEventsJSON(w io.Writer, events []audit.Event) error {
+	enc := json.NewEncoder(w)
+	for _, e := range events {
+		if err := enc.Encode(e); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func writeEventsTable(w io.Writer, events []audit.Event) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TIME\tTYPE\tWHO\tCLUSTER\tDETAIL")
+	for _, e := range events {
+		who := e.Principal.String()
+		if e.Principal.Name == "" {
+			who = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", e.Time.Local().Format(time.RFC3339), e.Type, who, dash(e.Cluster), eventDetail(e))
+	}
+	return tw.Flush()
+}
+
+// eventDetail is a one-line summary of an event's body.
+func eventDetail(e audit.Event) string {
+	switch {
+	case e.Kube != nil:
+		k := e.Kube
+		return fmt.Sprintf("%s %s %s %d %s", k.Verb, k.Method, k.Path, k.Status, k.Latency.Round(time.Microsecond))
+	case e.Denied != nil:
+		return fmt.Sprintf("%s refused %s: %s", e.Denied.Hop, dash(e.Denied.Path), e.Denied.Reason)
+	case e.Session != nil:
+		s := e.Session
+		parts := []string{s.Kind, s.Login, s.Namespace + "/" + s.Pod}
+		if len(s.Command) > 0 {
+			parts = append(parts, strconv.Quote(strings.Join(s.Command, " ")))
+		}
+		if s.ExitCode != nil {
+			parts = append(parts, "exit="+strconv.Itoa(*s.ExitCode))
+		}
+		return strings.Join(parts, " ")
+	case len(e.Fields) > 0:
+		b, _ := json.Marshal(e.Fields)
+		return string(b)
+	}
+	return "-"
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
