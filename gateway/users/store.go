@@ -233,7 +233,13 @@ func scanUser(r scanner, withHash bool) (User, []byte, error) {
 // comparison and both return ErrBadCredentials; too many attempts for the
 // name or the address return ErrRateLimited before any comparison.
 func (s *Store) Authenticate(ctx context.Context, name, password, addr string) (User, error) {
-	if !s.limiter.allow("u:"+name, "a:"+addr) {
+	// No stored name is longer than MaxNameLen, so a longer one only needs a
+	// bounded limiter key.
+	key := name
+	if len(key) > identity.MaxNameLen {
+		key = key[:identity.MaxNameLen]
+	}
+	if !s.limiter.allow("u:"+key, "a:"+addr) {
 		return User{}, ErrRateLimited
 	}
 	row := s.db.QueryRowContext(ctx, `SELECT name, traits, created, updated, hash FROM users WHERE name = ?`, name)
