@@ -23,7 +23,10 @@ type frameReader struct {
 
 	hdr    [ws.MaxHeaderSize]byte
 	hdrLen int // bytes of hdr filled
-	inHdr  bool
+	// hdrReader and hdrScratch let ws.ReadHeaderBuffer parse without allocating.
+	hdrReader  bytes.Reader
+	hdrScratch [ws.MaxHeaderSize - 2]byte
+	inHdr      bool
 
 	cur       ws.Header // frame whose payload is being read
 	remaining int64
@@ -99,7 +102,8 @@ func (f *frameReader) fillHeader(p []byte, sink messageSink) (int, error) {
 	if need == 2 && headerSize(f.hdr[0], f.hdr[1]) > 2 {
 		return n, nil // now the full size is known; keep filling
 	}
-	h, err := ws.ReadHeader(bytes.NewReader(f.hdr[:f.hdrLen]))
+	f.hdrReader.Reset(f.hdr[:f.hdrLen])
+	h, err := ws.ReadHeaderBuffer(&f.hdrReader, f.hdrScratch[:])
 	if err != nil {
 		return n, fmt.Errorf("websocket frame header: %w", err)
 	}
