@@ -226,3 +226,12 @@ func reportProgress(r io.Reader, w io.Writer, what string, start time.Time) func
 	}()
 	return func() string { return strings.Join(<-lines, "\n") }
 }
+
+// KubectlPath returns a kubectl for harness chores: the one on PATH, or the
+// one built with the control plane.
+func KubectlPath(c *Cluster) string {
+	if p, err := exec.LookPath("kubectl"); err == nil {
+		return p
+	}
+	return c.Binaries.Path("kubectl")
+}

@@ -1,0 +1,342 @@
+// Package gatewaytest runs Limen end to end on the test control plane: the
+// real limen binary as proxy and worker, the worker bound by the manifests in
+// deploy/kube with a real ServiceAccount token, and users logged in through
+// limen login. The e2e tests and `make demo` share it.
+package gatewaytest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/limenhq/limen/test/cluster/controlplane"
+)
+
+// ClusterName is the name Limen knows the test cluster by; the example
+// policy grants on it.
+const ClusterName = "demo"
+
+// Users are the demo users and their passwords, created by Start; their
+// traits give them different groups under the default policy.
+var Users = []User{
+	{Name: "admin", Password: "admin-password-1", Traits: []string{"groups=admins"}},
+	{Name: "alice", Password: "alice-password-1", Traits: []string{"groups=dev"}},
+	{Name: "bob", Password: "bob-password-1"},
+}
+
+// User is a local user of the proxy.
+type User struct {
+	Name, Password string
+	Traits         []string
+}
+
+// Env is a running proxy and worker in front of a control plane.
+type Env struct {
+	Cluster     *controlplane.Cluster
+	Dir         string
+	Bin         string // the limen binary
+	ProxyAddr   string
+	Fingerprint string // the proxy CA's
+	TokenFile   string // the worker's ServiceAccount token
+	Log         io.Writer
+
+	mu     sync.Mutex
+	proxy  *exec.Cmd
+	worker *exec.Cmd
+}
+
+// Start builds limen, applies deploy/kube, and starts the proxy and one
+// worker. Progress lines go to log.
+func Start(ctx context.Context, c *controlplane.Cluster, dir string, log io.Writer) (*Env, error) {
+	e := &Env{Cluster: c, Dir: dir, Log: log}
+	root, err := repoRoot()
+	if err != nil {
+		return nil, err
+	}
+	e.Bin = filepath.Join(dir, "limen")
+	e.step("building limen")
+	build := exec.CommandContext(ctx, "go", "build", "-o", e.Bin, "./cmd/limen")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("go build ./cmd/limen: %w\n%s", err, out)
+	}
+	e.step("applying deploy/kube (worker RBAC, group bindings)")
+	if _, err := e.run(ctx, "", nil, controlplane.KubectlPath(c), "--kubeconfig", c.Kubeconfig, "apply", "-f", filepath.Join(root, "deploy", "kube")); err != nil {
+		return nil, err
+	}
+	if err := e.writeWorkerToken(ctx); err != nil {
+		return nil, err
+	}
+	if err := e.StartProxy(ctx); err != nil {
+		return nil, err
+	}
+	for _, u := range Users {
+		args := []string{"users", "add", u.Name, "--local", "--data-dir", e.proxyDir(), "--password-stdin"}
+		for _, t := range u.Traits {
+			args = append(args, "--trait", t)
+		}
+		if _, err := e.Limen(ctx, "", u.Password+"\n", args...); err != nil {
+			return nil, err
+		}
+	}
+	e.step("users added: admin (groups=admins), alice (groups=dev), bob")
+	if _, err := e.Login(ctx, "admin"); err != nil {
+		return nil, err
+	}
+	token, err := e.Limen(ctx, "admin", "", "tokens", "create", "--cluster", ClusterName, "--ttl", "10m")
+	if err != nil {
+		return nil, err
+	}
+	if err := e.StartWorker(ctx, strings.TrimSpace(token)); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+func (e *Env) step(format string, args ...any) {
+	if e.Log != nil {
+		fmt.Fprintf(e.Log, "limen-e2e: "+format+"\n", args...)
+	}
+}
+
+func (e *Env) proxyDir() string  { return filepath.Join(e.Dir, "proxy") }
+func (e *Env) workerDir() string { return filepath.Join(e.Dir, "worker") }
+
+// Home is the LIMEN_HOME of a user's profile.
+func (e *Env) Home(user string) string { return filepath.Join(e.Dir, "home-"+user) }
+
+// writeWorkerToken asks the API server for a ServiceAccount token of the
+// worker (TokenRequest), as a projected volume would hold it.
+func (e *Env) writeWorkerToken(ctx context.Context) error {
+	exp := int64(3600)
+	tr, err := e.Cluster.Client.CoreV1().ServiceAccounts("limen-system").CreateToken(ctx, "limen-worker",
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &exp}}, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("TokenRequest for limen-system/limen-worker: %w", err)
+	}
+	e.TokenFile = filepath.Join(e.Dir, "worker-token")
+	return os.WriteFile(e.TokenFile, []byte(tr.Status.Token), 0o600)
+}
+
+// StartProxy starts `limen proxy` (again, after StopProxy, on the same
+// address and data directory).
+func (e *Env) StartProxy(ctx context.Context) error {
+	listen := e.ProxyAddr
+	if listen == "" {
+		listen = "127.0.0.1:0"
+	}
+	cmd := exec.Command(e.Bin, "proxy", "--listen", listen, "--data-dir", e.proxyDir(), "--clusters", ClusterName)
+	lines, err := e.spawn(cmd, "proxy")
+	if err != nil {
+		return err
+	}
+	deadline := time.After(30 * time.Second)
+	for e.ProxyAddr == "" || e.Fingerprint == "" || listen == "127.0.0.1:0" {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				return fmt.Errorf("limen proxy exited during start; see %s", filepath.Join(e.Dir, "proxy.log"))
+			}
+			if a, ok := strings.CutPrefix(l, "Limen proxy listening on https://"); ok {
+				e.ProxyAddr, listen = a, a
+			}
+			if f, ok := strings.CutPrefix(l, "CA fingerprint: "); ok {
+				e.Fingerprint = f
+			}
+		case <-deadline:
+			return fmt.Errorf("limen proxy did not start within 30s; see %s", filepath.Join(e.Dir, "proxy.log"))
+		}
+	}
+	e.mu.Lock()
+	e.proxy = cmd
+	e.mu.Unlock()
+	e.step("proxy listening on %s (CA %s)", e.ProxyAddr, e.Fingerprint)
+	return nil
+}
+
+// StartWorker starts `limen worker` for the test cluster and waits until the
+// proxy lists it as connected. token is needed only on first start.
+func (e *Env) StartWorker(ctx context.Context, token string) error {
+	args := []string{"worker", "--proxy", e.ProxyAddr, "--kube-cluster", ClusterName, "--data-dir", e.workerDir(),
+		"--kube-api-server", e.Cluster.Server, "--kube-ca-file", e.Cluster.CAFile, "--kube-token-file", e.TokenFile}
+	if token != "" {
+		args = append(args, "--join-token", token)
+	}
+	cmd := exec.Command(e.Bin, args...)
+	if _, err := e.spawn(cmd, "worker"); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	e.worker = cmd
+	e.mu.Unlock()
+	return e.WaitWorker(ctx, true)
+}
+
+// WaitWorker waits until `limen kube ls` shows the worker (dis)connected.
+func (e *Env) WaitWorker(ctx context.Context, connected bool) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		out, err := e.Limen(ctx, "admin", "", "kube", "ls")
+		if err == nil && strings.Contains(out, ClusterName) && strings.Contains(out, "yes") == connected {
+			e.step("worker for cluster %s connected=%v", ClusterName, connected)
+			return nil
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return fmt.Errorf("worker connected=%v not reached within 30s; see %s", !connected, filepath.Join(e.Dir, "worker.log"))
+}
+
+// Login logs a demo user in and writes their kubeconfig for the test
+// cluster, returning its path.
+func (e *Env) Login(ctx context.Context, user string) (string, error) {
+	var pw string
+	for _, u := range Users {
+		if u.Name == user {
+			pw = u.Password
+		}
+	}
+	if _, err := e.Limen(ctx, user, pw+"\n", "login", "--proxy", e.ProxyAddr, "--user", user,
+		"--password-stdin", "--ca-fingerprint", e.Fingerprint); err != nil {
+		return "", err
+	}
+	out, err := e.Limen(ctx, user, "", "kube", "login", ClusterName)
+	if err != nil {
+		return "", err
+	}
+	for _, l := range strings.Split(out, "\n") {
+		if p, ok := strings.CutPrefix(strings.TrimSpace(l), "export KUBECONFIG="); ok {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("limen kube login printed no export line: %q", out)
+}
+
+// Limen runs one limen command as user (LIMEN_HOME per user; "" for none)
+// and returns its standard output.
+func (e *Env) Limen(ctx context.Context, user, stdin string, args ...string) (string, error) {
+	var env []string
+	if user != "" {
+		env = append(env, "LIMEN_HOME="+e.Home(user))
+	}
+	return e.run(ctx, stdin, env, e.Bin, args...)
+}
+
+func (e *Env) run(ctx context.Context, stdin string, env []string, bin string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdin = strings.NewReader(stdin)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		return out.String(), fmt.Errorf("%s %s: %w\n%s", filepath.Base(bin), strings.Join(args, " "), err, errb.String())
+	}
+	return out.String(), nil
+}
+
+// spawn starts a long-running limen process, its stderr in DIR/NAME.log,
+// and returns its stdout lines.
+func (e *Env) spawn(cmd *exec.Cmd, name string) (<-chan string, error) {
+	logf, err := os.OpenFile(filepath.Join(e.Dir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stderr = logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	lines := make(chan string, 64)
+	go func() {
+		defer close(lines)
+		defer logf.Close()
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			fmt.Fprintln(logf, sc.Text())
+			select {
+			case lines <- sc.Text():
+			default:
+			}
+		}
+		_ = cmd.Wait()
+	}()
+	return lines, nil
+}
+
+// StopProxy ends the proxy process.
+func (e *Env) StopProxy() { e.stop(&e.proxy) }
+
+// StopWorker ends the worker process.
+func (e *Env) StopWorker() { e.stop(&e.worker) }
+
+// KillWorker kills the worker at once (SIGKILL), as a crash would.
+func (e *Env) KillWorker() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.worker != nil && e.worker.Process != nil {
+		_ = e.worker.Process.Kill()
+		e.worker = nil
+	}
+}
+
+func (e *Env) stop(p **exec.Cmd) {
+	e.mu.Lock()
+	cmd := *p
+	*p = nil
+	e.mu.Unlock()
+	if cmd == nil || cmd.Process == nil {
+		return
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() {
+		for cmd.ProcessState == nil {
+			if err := cmd.Process.Signal(syscall.Signal(0)); err != nil {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		_ = cmd.Process.Kill()
+	}
+}
+
+// Stop ends the proxy and the worker.
+func (e *Env) Stop() {
+	e.StopWorker()
+	e.StopProxy()
+}
+
+func repoRoot() (string, error) {
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		return "", fmt.Errorf("cannot locate the repository")
+	}
+	root := filepath.Join(filepath.Dir(file), "..", "..")
+	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
+		return "", fmt.Errorf("repository root not found at %s: %w", root, err)
+	}
+	return root, nil
+}
