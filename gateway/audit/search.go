@@ -1,0 +1,87 @@
+package audit
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Query selects events for Search. Empty fields match everything.
+type Query struct {
+	// User matches the principal's name ("alice") or kind:name ("bot:ci").
+	User    string
+	Cluster string
+	Verb    string
+	Type    Type
+	// Since keeps events at or after this time; zero keeps all.
+	Since time.Time
+	// Limit keeps the newest Limit events; 0 means 1000.
+	Limit int
+}
+
+// Search returns the newest events matching q, oldest first.
+func (s *Store) Search(ctx context.Context, q Query) ([]Event, error) {
+	var where []string
+	var args []any
+	add := func(cond string, a ...any) { where = append(where, cond); args = append(args, a...) }
+	if q.User != "" {
+		add("(name = ? OR who = ?)", q.User, q.User)
+	}
+	if q.Cluster != "" {
+		add("cluster = ?", q.Cluster)
+	}
+	if q.Verb != "" {
+		add("verb = ?", q.Verb)
+	}
+	if q.Type != "" {
+		add("type = ?", string(q.Type))
+	}
+	if !q.Since.IsZero() {
+		add("time_ns >= ?", q.Since.UnixNano())
+	}
+	if q.Limit <= 0 {
+		q.Limit = 1000
+	}
+	query := "SELECT id, data FROM events"
+	if len(where) > 0 {
+		query += " WHERE " + strings.Join(where, " AND ")
+	}
+	query += " ORDER BY time_ns DESC, id DESC LIMIT ?"
+	args = append(args, q.Limit)
+	rows, err := s.db.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, fmt.Errorf("audit search: %w", wrapUnavailable(err))
+	}
+	defer rows.Close()
+	var out []Event
+	for rows.Next() {
+		var id int64
+		var data []byte
+		if err := rows.Scan(&id, &data); err != nil {
+			return nil, fmt.Errorf("audit search: %w", err)
+		}
+		var e Event
+		if err := json.Unmarshal(data, &e); err != nil {
+			return nil, fmt.Errorf("audit search: event %d is corrupt: %w", id, err)
+		}
+		e.ID = id
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("audit search: %w", wrapUnavailable(err))
+	}
+	for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
+		out[i], out[j] = out[j], out[i]
+	}
+	return out, nil
+}
+
+func wrapUnavailable(err error) error {
+	if errors.Is(err, ErrUnavailable) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+}
