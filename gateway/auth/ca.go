@@ -328,3 +328,8 @@ func (a *Authority) ServerTLSConfig() *tls.Config {
 func isIssuedBy(chain []*x509.Certificate, is issuer) bool {
 	return len(chain) >= 2 && bytes.Equal(chain[len(chain)-1].Raw, is.cert.Raw)
 }
+
+// WorkerIssuer is the intermediate that signs worker certificates; the
+// proxy sends it with a worker certificate so the worker can verify the
+// chain to the root.
+func (a *Authority) WorkerIssuer() *x509.Certificate { return a.worker.cert }

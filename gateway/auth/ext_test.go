@@ -184,3 +184,16 @@ func TestPrincipalRoundTripMinimal(t *testing.T) {
 		t.Fatalf("got %+v, %v; want %+v", got, err, p)
 	}
 }
+
+func FuzzParseCSR(f *testing.F) {
+	key, _ := NewKey()
+	csr, _ := NewCSR(key, "alice")
+	f.Add(csr)
+	f.Add([]byte("-----BEGIN CERTIFICATE REQUEST-----\nMAA=\n-----END CERTIFICATE REQUEST-----\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := ParseCSR(data)
+		if err == nil && CheckPublicKey(c.PublicKey) != nil {
+			t.Fatalf("accepted a CSR with an unacceptable key %T", c.PublicKey)
+		}
+	})
+}

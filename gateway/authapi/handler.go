@@ -214,6 +214,7 @@ type StatusError struct {
 	Message string
 }
 
+// Error reports the status and the server's message.
 func (e *StatusError) Error() string {
 	return fmt.Sprintf("%d %s: %s", e.Code, http.StatusText(e.Code), e.Message)
 }

@@ -17,9 +17,11 @@ type Limits struct {
 	AddrEvery time.Duration
 }
 
-// DefaultLimits: 5 quick tries per name then one every 20 s; 20 quick
-// tries per address then one a second.
-var DefaultLimits = Limits{UserBurst: 5, UserEvery: 20 * time.Second, AddrBurst: 20, AddrEvery: time.Second}
+// DefaultLimits are 5 quick tries per name then one every 20 s, and 20
+// quick tries per address then one a second.
+func DefaultLimits() Limits {
+	return Limits{UserBurst: 5, UserEvery: 20 * time.Second, AddrBurst: 20, AddrEvery: time.Second}
+}
 
 // maxKeys bounds the limiter's memory; past it, idle entries are dropped,
 // and if none are idle new keys are refused (fail closed).
@@ -32,7 +34,7 @@ type limiter struct {
 }
 
 func newLimiter(l Limits) *limiter {
-	d := DefaultLimits
+	d := DefaultLimits()
 	if l.UserBurst == 0 {
 		l.UserBurst, l.UserEvery = d.UserBurst, d.UserEvery
 	}
