@@ -163,7 +163,9 @@ func (s *proxyServer) Serve(ctx context.Context, ln net.Listener) error {
 		defer cancel()
 		srv.Shutdown(shut)
 	}()
-	err := srv.Serve(tls.NewListener(ln, s.TLS))
+	// ServeTLS (not Serve on a TLS listener) so net/http sets up HTTP/2 for
+	// the "h2" ALPN the config offers.
+	err := srv.ServeTLS(ln, "", "")
 	if errors.Is(err, http.ErrServerClosed) {
 		<-done
 		return nil

@@ -32,12 +32,12 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 	u, err := h.cfg.Users.Authenticate(r.Context(), req.User, req.Password, h.cfg.ClientAddr(r))
 	switch {
 	case errors.Is(err, users.ErrRateLimited):
-		h.audit(r, auth.Event{Type: "auth.login", Actor: "user:" + req.User, Fields: map[string]string{"reason": "rate limited"}})
+		h.audit(r, auth.Event{Type: "auth.login", Actor: claimedUser(req.User), Fields: map[string]string{"reason": "rate limited"}})
 		w.Header().Set("Retry-After", strconv.Itoa(60))
 		writeError(w, http.StatusTooManyRequests, err.Error())
 		return
 	case errors.Is(err, users.ErrBadCredentials):
-		h.audit(r, auth.Event{Type: "auth.login", Actor: "user:" + req.User, Fields: map[string]string{"reason": "bad credentials"}})
+		h.audit(r, auth.Event{Type: "auth.login", Actor: claimedUser(req.User), Fields: map[string]string{"reason": "bad credentials"}})
 		writeError(w, http.StatusUnauthorized, err.Error())
 		return
 	case err != nil:
@@ -136,4 +136,13 @@ func isTokenRefusal(err error) bool {
 		}
 	}
 	return false
+}
+
+// claimedUser names the user a failed login claimed to be, for audit. A
+// name no user could have is not echoed, so logs stay bounded and printable.
+func claimedUser(name string) string {
+	if identity.ValidName(name) != nil {
+		return "user:(invalid name)"
+	}
+	return "user:" + name
 }
