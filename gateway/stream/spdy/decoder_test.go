@@ -108,7 +108,9 @@ func TestSessionAccepts(t *testing.T) {
 			func(w *wire) { w.data(1, false, "gone").data(7, false, "never") },
 			"\n"},
 		{"resize split across frames", spdy.ProtocolV4,
-			func(w *wire) { w.syn(1, "streamType", "resize").data(1, false, `{"Width":9`).data(1, false, `0,"Height":30}`) },
+			func(w *wire) {
+				w.syn(1, "streamType", "resize").data(1, false, `{"Width":9`).data(1, false, `0,"Height":30}`)
+			},
 			func(w *wire) {},
 			"resize 90x30\n"},
 		{"port-forward counts both ways", spdy.ProtocolPortForward,

@@ -1,0 +1,250 @@
+package recording
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+)
+
+// Spool file names: a recording in progress is <id>.cast.part; a finished one
+// is <id>.cast with its hex SHA-256 in <id>.cast.sha256.
+const (
+	extCast = ".cast"
+	extPart = ".part"
+	extSum  = ".sha256"
+)
+
+// ErrNotFound is returned for an id that is not in the spool.
+var ErrNotFound = errors.New("recording not in spool")
+
+var validID = regexp.MustCompile(`^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}$`)
+
+// Spool is a directory of recordings on the worker's disk. Each recording is
+// finished atomically with its SHA-256, stays until its upload is
+// acknowledged, and survives a restart: recordings cut short by a crash are
+// finished when the spool is opened.
+type Spool struct {
+	dir string
+}
+
+// Item is a finished recording waiting for upload.
+type Item struct {
+	ID     string
+	Size   int64
+	SHA256 string
+}
+
+// OpenSpool opens (creating it if needed) the spool in dir and finishes the
+// recordings a previous process left in progress.
+func OpenSpool(dir string) (*Spool, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("spool: %w", err)
+	}
+	s := &Spool{dir: dir}
+	parts, err := filepath.Glob(filepath.Join(dir, "*"+extCast+extPart))
+	if err != nil {
+		return nil, fmt.Errorf("spool: %w", err)
+	}
+	for _, p := range parts {
+		if err := s.recover(p); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// recover finishes a recording cut short: it is cut back to its last complete
+// line (a partial JSON line would make the file invalid) and committed.
+func (s *Spool) recover(part string) error {
+	b, err := os.ReadFile(part)
+	if err != nil {
+		return fmt.Errorf("spool recover: %w", err)
+	}
+	b = b[:bytes.LastIndexByte(b, '\n')+1]
+	if err := os.Truncate(part, int64(len(b))); err != nil {
+		return fmt.Errorf("spool recover: %w", err)
+	}
+	id := strings.TrimSuffix(filepath.Base(part), extCast+extPart)
+	sum := sha256.Sum256(b)
+	return s.finish(id, hex.EncodeToString(sum[:]))
+}
+
+func (s *Spool) path(id, ext string) (string, error) {
+	if !validID.MatchString(id) {
+		return "", fmt.Errorf("spool: invalid recording id %q", id)
+	}
+	return filepath.Join(s.dir, id+ext), nil
+}
+
+// Create starts the recording id. Write to the File, then Commit it.
+func (s *Spool) Create(id string) (*File, error) {
+	p, err := s.path(id, extCast+extPart)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(filepath.Join(s.dir, id+extCast)); err == nil {
+		return nil, fmt.Errorf("spool: recording %q already exists", id)
+	}
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("spool: %w", err)
+	}
+	return &File{s: s, id: id, f: f, sum: sha256.New()}, nil
+}
+
+// File is a recording being written to the spool.
+type File struct {
+	s   *Spool
+	id  string
+	f   *os.File
+	sum hash.Hash
+	n   int64
+}
+
+// Write appends to the recording.
+func (f *File) Write(p []byte) (int, error) {
+	n, err := f.f.Write(p)
+	f.sum.Write(p[:n])
+	f.n += int64(n)
+	return n, err
+}
+
+// Commit syncs the recording and makes it pending for upload.
+func (f *File) Commit() (Item, error) {
+	if err := f.f.Sync(); err != nil {
+		f.f.Close()
+		return Item{}, fmt.Errorf("spool commit %s: %w", f.id, err)
+	}
+	if err := f.f.Close(); err != nil {
+		return Item{}, fmt.Errorf("spool commit %s: %w", f.id, err)
+	}
+	sum := hex.EncodeToString(f.sum.Sum(nil))
+	if err := f.s.finish(f.id, sum); err != nil {
+		return Item{}, err
+	}
+	return Item{ID: f.id, Size: f.n, SHA256: sum}, nil
+}
+
+// finish renames <id>.cast.part to <id>.cast after writing its checksum.
+func (s *Spool) finish(id, sum string) error {
+	cast := filepath.Join(s.dir, id+extCast)
+	if err := writeFileSync(cast+extSum, []byte(sum+"\n")); err != nil {
+		return fmt.Errorf("spool commit %s: %w", id, err)
+	}
+	if err := os.Rename(cast+extPart, cast); err != nil {
+		return fmt.Errorf("spool commit %s: %w", id, err)
+	}
+	return syncDir(s.dir)
+}
+
+// writeFileSync writes a file atomically: temporary file, fsync, rename.
+func writeFileSync(name string, b []byte) error {
+	tmp := name + extPart
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, name)
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// Pending lists the finished recordings not yet acknowledged, oldest id first.
+func (s *Spool) Pending() ([]Item, error) {
+	casts, err := filepath.Glob(filepath.Join(s.dir, "*"+extCast))
+	if err != nil {
+		return nil, fmt.Errorf("spool: %w", err)
+	}
+	sort.Strings(casts)
+	items := make([]Item, 0, len(casts))
+	for _, c := range casts {
+		id := strings.TrimSuffix(filepath.Base(c), extCast)
+		if !validID.MatchString(id) {
+			continue // not ours
+		}
+		it, err := s.item(id, c)
+		if err != nil {
+			return nil, err
+		}
+		items = append(items, it)
+	}
+	return items, nil
+}
+
+func (s *Spool) item(id, cast string) (Item, error) {
+	fi, err := os.Stat(cast)
+	if err != nil {
+		return Item{}, fmt.Errorf("spool: %w", err)
+	}
+	b, err := os.ReadFile(cast + extSum)
+	if err != nil {
+		return Item{}, fmt.Errorf("spool: checksum of %s: %w", id, err)
+	}
+	return Item{ID: id, Size: fi.Size(), SHA256: strings.TrimSpace(string(b))}, nil
+}
+
+// Open opens a finished recording for upload.
+func (s *Spool) Open(id string) (io.ReadCloser, error) {
+	p, err := s.path(id, extCast)
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.Open(p)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("spool open %s: %w", id, ErrNotFound)
+	}
+	return f, err
+}
+
+// Ack deletes a recording whose upload the store acknowledged with sum. A
+// checksum that differs from the spooled one is an error and keeps the file.
+func (s *Spool) Ack(id, sum string) error {
+	p, err := s.path(id, extCast)
+	if err != nil {
+		return err
+	}
+	it, err := s.item(id, p)
+	if errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("spool ack %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return err
+	}
+	if !strings.EqualFold(it.SHA256, sum) {
+		return fmt.Errorf("spool ack %s: acknowledged sha256 %s, spooled %s", id, sum, it.SHA256)
+	}
+	if err := os.Remove(p); err != nil {
+		return fmt.Errorf("spool ack %s: %w", id, err)
+	}
+	if err := os.Remove(p + extSum); err != nil {
+		return fmt.Errorf("spool ack %s: %w", id, err)
+	}
+	return syncDir(s.dir)
+}

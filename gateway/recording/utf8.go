@@ -1,0 +1,67 @@
+package recording
+
+import "unicode/utf8"
+
+// utf8Buffer holds the tail of an output stream that may be the start of a
+// UTF-8 sequence split across writes, so that a character cut by a frame
+// boundary is recorded whole.
+type utf8Buffer struct {
+	held [utf8.UTFMax]byte
+	n    int
+	out  []byte
+}
+
+// take returns the bytes of held+p that are ready to record, holding back at
+// most an incomplete trailing sequence (up to 3 bytes). The result is valid
+// until the next call.
+func (b *utf8Buffer) take(p []byte) []byte {
+	b.out = append(append(b.out[:0], b.held[:b.n]...), p...)
+	b.n = 0
+	keep := incompleteTail(b.out)
+	b.n = copy(b.held[:], b.out[len(b.out)-keep:])
+	return b.out[:len(b.out)-keep]
+}
+
+// flush returns the held bytes (which json encoding will replace with U+FFFD).
+func (b *utf8Buffer) flush() []byte {
+	out := append(b.out[:0], b.held[:b.n]...)
+	b.n = 0
+	return out
+}
+
+// incompleteTail returns how many trailing bytes of p are a valid but
+// incomplete UTF-8 sequence.
+func incompleteTail(p []byte) int {
+	for i := 1; i <= utf8.UTFMax-1 && i <= len(p); i++ {
+		c := p[len(p)-i]
+		if c < 0x80 {
+			return 0 // ASCII: nothing pending
+		}
+		if c >= 0xC0 { // a leading byte
+			tail := p[len(p)-i:]
+			if !utf8.FullRune(tail) && validPrefix(tail) {
+				return i
+			}
+			return 0
+		}
+	}
+	return 0
+}
+
+// validPrefix reports whether p could still become a valid sequence.
+func validPrefix(p []byte) bool {
+	var buf [utf8.UTFMax]byte
+	n := copy(buf[:], p)
+	// Complete it with the smallest continuation bytes and check validity;
+	// second-byte ranges (E0 A0.., F0 90.., ED ..9F, F4 ..8F) are covered by
+	// trying both ends of the continuation range.
+	for _, fill := range []byte{0x80, 0xBF} {
+		for i := n; i < utf8.UTFMax; i++ {
+			buf[i] = fill
+		}
+		if r, size := utf8.DecodeRune(buf[:]); r != utf8.RuneError && size > n {
+			return true
+		}
+	}
+	return false
+}
