@@ -97,7 +97,7 @@ func (wr *Writer) output(buf *utf8Buffer, p []byte) error {
 		return err
 	}
 	if text := buf.take(p); len(text) > 0 {
-		return wr.event("o", string(text))
+		return wr.event("o", text)
 	}
 	return nil
 }
@@ -113,7 +113,7 @@ func (wr *Writer) Resize(ts stream.TermSize) error {
 	if !wr.header {
 		return wr.writeHeader(int(ts.Width), int(ts.Height))
 	}
-	return wr.event("r", fmt.Sprintf("%dx%d", ts.Width, ts.Height))
+	return wr.event("r", fmt.Appendf(nil, "%dx%d", ts.Width, ts.Height))
 }
 
 // Exit records the exit status; output bytes held for an incomplete UTF-8
@@ -128,7 +128,7 @@ func (wr *Writer) Exit(st stream.ExitStatus) error {
 		return err
 	}
 	wr.exited = true
-	return wr.event("x", strconv.Itoa(st.Code))
+	return wr.event("x", strconv.AppendInt(nil, int64(st.Code), 10))
 }
 
 // Finish flushes held bytes and writes the header if nothing was recorded.
@@ -173,7 +173,7 @@ func (wr *Writer) usable() error {
 func (wr *Writer) flushHeld() error {
 	for _, b := range []*utf8Buffer{&wr.stdout, &wr.stderr} {
 		if text := b.flush(); len(text) > 0 {
-			if err := wr.event("o", string(text)); err != nil {
+			if err := wr.event("o", text); err != nil {
 				return err
 			}
 		}
@@ -214,7 +214,7 @@ func (wr *Writer) writeHeader(cols, rows int) error {
 
 // event writes [interval, code, data]. Intervals are differences of rounded
 // absolute times, so rounding never accumulates into drift.
-func (wr *Writer) event(code, data string) error {
+func (wr *Writer) event(code string, data []byte) error {
 	if !wr.header {
 		if err := wr.writeHeader(DefaultCols, DefaultRows); err != nil {
 			return err
@@ -226,12 +226,8 @@ func (wr *Writer) event(code, data string) error {
 	}
 	interval := ms - wr.lastMs
 	wr.lastMs = ms
-	d, err := json.Marshal(data) // invalid UTF-8 becomes U+FFFD
-	if err != nil {
-		return wr.fail(fmt.Errorf("recording event: %w", err))
-	}
 	wr.line = fmt.Appendf(wr.line[:0], "[%d.%03d, %q, ", interval/1000, interval%1000, code)
-	wr.line = append(append(wr.line, d...), "]\n"...)
+	wr.line = append(appendJSONString(wr.line, data), "]\n"...)
 	return wr.writeLine(wr.line)
 }
 

@@ -1,0 +1,128 @@
+package recording
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestSpoolLifecycle(t *testing.T) {
+	dir := t.TempDir()
+	s, err := OpenSpool(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := s.Create("sess-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := NewWriter(f, meta())
+	if err := w.Stdout([]byte("hello\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	if items, _ := s.Pending(); len(items) != 0 {
+		t.Fatalf("a recording in progress is pending: %+v", items)
+	}
+	item, err := f.Commit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if item.SHA256 != w.SHA256() {
+		t.Errorf("spool sum %s, writer sum %s", item.SHA256, w.SHA256())
+	}
+	if _, err := s.Create("sess-1"); err == nil {
+		t.Error("a second recording with the same id was created")
+	}
+
+	// A restarted worker finds the recording pending.
+	s2, err := OpenSpool(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	items, err := s2.Pending()
+	if err != nil || len(items) != 1 || items[0] != item {
+		t.Fatalf("Pending after restart = %+v, %v; want [%+v]", items, err, item)
+	}
+	rc, err := s2.Open("sess-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(rc)
+	rc.Close()
+	if sum := sha256.Sum256(b); hex.EncodeToString(sum[:]) != item.SHA256 {
+		t.Error("opened bytes do not match the spooled sum")
+	}
+	if err := s2.Ack("sess-1", strings.Repeat("0", 64)); err == nil {
+		t.Error("ack with a wrong sum deleted the recording")
+	}
+	if err := s2.Ack("sess-1", item.SHA256); err != nil {
+		t.Fatal(err)
+	}
+	if items, _ := s2.Pending(); len(items) != 0 {
+		t.Errorf("acknowledged recording still pending: %+v", items)
+	}
+	if _, err := s2.Open("sess-1"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Open after ack: %v, want ErrNotFound", err)
+	}
+	if err := s2.Ack("sess-1", item.SHA256); !errors.Is(err, ErrNotFound) {
+		t.Errorf("second ack: %v, want ErrNotFound", err)
+	}
+}
+
+// TestSpoolRecoversCrashedRecording: a recording the worker was writing when
+// it died is kept, cut to its last complete line, and becomes pending.
+func TestSpoolRecoversCrashedRecording(t *testing.T) {
+	dir := t.TempDir()
+	s, err := OpenSpool(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := s.Create("crash")
+	if err != nil {
+		t.Fatal(err)
+	}
+	complete := validHeader + `[0.1, "o", "kept"]` + "\n"
+	if _, err := io.WriteString(f, complete+`[0.2, "o", "cut`); err != nil {
+		t.Fatal(err)
+	}
+	// no Commit: the process dies here
+	s2, err := OpenSpool(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	items, err := s2.Pending()
+	if err != nil || len(items) != 1 {
+		t.Fatalf("Pending = %+v, %v", items, err)
+	}
+	sum := sha256.Sum256([]byte(complete))
+	if items[0].SHA256 != hex.EncodeToString(sum[:]) || items[0].Size != int64(len(complete)) {
+		t.Errorf("recovered %+v, want the %d complete bytes", items[0], len(complete))
+	}
+	b, _ := os.ReadFile(filepath.Join(dir, "crash.cast"))
+	if err := readAll(strings.NewReader(string(b))); err != nil {
+		t.Errorf("recovered recording does not parse: %v", err)
+	}
+}
+
+func TestSpoolRejectsBadIDs(t *testing.T) {
+	s, err := OpenSpool(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"", "../x", "a/b", ".hidden", "x\x00", strings.Repeat("a", 200)} {
+		if _, err := s.Create(id); err == nil {
+			t.Errorf("Create(%q) accepted", id)
+		}
+		if _, err := s.Open(id); err == nil {
+			t.Errorf("Open(%q) accepted", id)
+		}
+	}
+}
