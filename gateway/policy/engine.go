@@ -99,6 +99,7 @@ func (e *Engine) activate(ctx context.Context, c content, raw []byte) error {
 	if raw != nil {
 		e.persist(raw)
 	}
+	e.saveStatus()
 	old := ""
 	if prev != nil {
 		old = prev.revision
