@@ -72,8 +72,12 @@ func probePrincipals(config map[string]any) []identity.Principal {
 			}
 		}
 	}
-	for kind, key := range map[identity.Kind]string{identity.KindUser: "users", identity.KindBot: "bots"} {
-		names, _ := dig(config, "bindings", key).(map[string]any)
+	for _, b := range []struct {
+		kind identity.Kind
+		key  string
+	}{{identity.KindUser, "users"}, {identity.KindBot, "bots"}} {
+		kind := b.kind
+		names, _ := dig(config, "bindings", b.key).(map[string]any)
 		for _, name := range slices.Sorted(maps.Keys(names)) {
 			if !add(identity.Principal{Kind: kind, Name: name}) {
 				return out
