@@ -1,0 +1,293 @@
+package sessions
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/limenhq/limen/gateway/locks"
+)
+
+// DefaultRecent is how many ended sessions List keeps by default.
+const DefaultRecent = 256
+
+// Config holds a Registry's dependencies.
+type Config struct {
+	// Locks, when set, is consulted at Register and watched for the life of
+	// every session: a lock on its principal ends it at once.
+	Locks *locks.Set
+	// Recent bounds the ended sessions List remembers; 0 means
+	// DefaultRecent.
+	Recent int
+	// OnEnd, if set, runs once per session right after it ends, on the
+	// goroutine that ended it (the watchdog, Kill's or End's caller); use it
+	// for the session.end audit event and keep it short.
+	OnEnd func(Info)
+	// Logger receives session ends; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Registry tracks the live sessions of one hop and runs their watchdogs. It
+// is safe for concurrent use; Close ends every session and stops every
+// watchdog.
+type Registry struct {
+	cfg Config
+	wg  sync.WaitGroup // one per watchdog goroutine
+
+	mu     sync.Mutex
+	live   map[string]*Live
+	recent []Info // ring of ended sessions: n of them, oldest at index at
+	at, n  int
+	closed bool
+}
+
+// New builds a registry.
+func New(cfg Config) *Registry {
+	if cfg.Recent <= 0 {
+		cfg.Recent = DefaultRecent
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Registry{cfg: cfg, live: make(map[string]*Live), recent: make([]Info, cfg.Recent)}
+}
+
+// Live is the handle on one registered session. Its Context is cancelled,
+// with an *Ended cause, when the session ends for any reason; the stream's
+// goroutines and its upstream connection must use that context.
+type Live struct {
+	reg     *Registry
+	s       Session
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+	in, out atomic.Int64
+	once    sync.Once
+	endedAt time.Time // written once, under once, before cancel
+}
+
+// Register records s and starts its watchdog. It refuses a principal who is
+// locked (a *locks.LockedError), a grant already expired (an *Ended with
+// ReasonExpired), a malformed session, a duplicate ID and a closed
+// registry. The session ends with ReasonClientClosed if ctx ends first, so
+// pass the request's context; the returned Live keeps ctx's values only.
+func (r *Registry) Register(ctx context.Context, s Session) (*Live, error) {
+	if err := s.validate(); err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	if s.Start.IsZero() {
+		s.Start = now
+	}
+	if !s.Expires.IsZero() && !now.Before(s.Expires) {
+		return nil, &Ended{Reason: ReasonExpired}
+	}
+	// Watch before checking: a lock set between the two still fires.
+	var lockCh <-chan locks.Lock
+	stopWatch := func() {}
+	if r.cfg.Locks != nil {
+		lockCh, stopWatch = r.cfg.Locks.Watch(s.Principal)
+		select {
+		case l := <-lockCh:
+			stopWatch()
+			return nil, &locks.LockedError{Lock: l}
+		default:
+		}
+	}
+	l := &Live{reg: r, s: s}
+	l.ctx, l.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
+
+	r.mu.Lock()
+	if err := r.admit(s.ID); err != nil {
+		r.mu.Unlock()
+		stopWatch()
+		l.cancel(err)
+		return nil, err
+	}
+	r.live[s.ID] = l
+	r.wg.Add(1)
+	r.mu.Unlock()
+
+	var expiry <-chan time.Time
+	stop := stopWatch
+	if !s.Expires.IsZero() {
+		// A timer at the exact expiry: nothing polls.
+		t := time.NewTimer(time.Until(s.Expires))
+		expiry = t.C
+		stop = func() { t.Stop(); stopWatch() }
+	}
+	go l.watchdog(ctx, lockCh, expiry, stop)
+	return l, nil
+}
+
+// admit checks that id may be registered; r.mu is held.
+func (r *Registry) admit(id string) error {
+	switch {
+	case r.closed:
+		return ErrClosed
+	case r.live[id] != nil:
+		return fmt.Errorf("register session %s: %w", id, ErrDuplicate)
+	}
+	return nil
+}
+
+// watchdog ends l at the first of: a lock on its principal, its grant's
+// expiry, its client going away. It returns once l has ended for any
+// reason; the registry waits for it in Close.
+func (l *Live) watchdog(client context.Context, lockCh <-chan locks.Lock, expiry <-chan time.Time, stop func()) {
+	defer l.reg.wg.Done()
+	defer stop()
+	select {
+	case lk := <-lockCh:
+		l.end(&Ended{Reason: ReasonLocked, Lock: &lk})
+	case <-expiry:
+		l.end(&Ended{Reason: ReasonExpired})
+	case <-client.Done():
+		l.end(&Ended{Reason: ReasonClientClosed})
+	case <-l.ctx.Done():
+	}
+}
+
+// Context is cancelled when the session ends; its cause is an *Ended.
+func (l *Live) Context() context.Context { return l.ctx }
+
+// Done is closed when the session ends.
+func (l *Live) Done() <-chan struct{} { return l.ctx.Done() }
+
+// ID is the session's ID.
+func (l *Live) ID() string { return l.s.ID }
+
+// End ends the session for reason; it reports whether this call ended it
+// (false if it had ended already). Call it when the stream finishes, with
+// ReasonCompleted or ReasonClientClosed.
+func (l *Live) End(reason Reason) bool { return l.end(&Ended{Reason: reason}) }
+
+// Fail ends the session with ReasonError and err as its detail.
+func (l *Live) Fail(err error) bool { return l.end(&Ended{Reason: ReasonError, Err: err}) }
+
+// Ended is why the session ended, or nil while it is live.
+func (l *Live) Ended() *Ended {
+	if l.ctx.Err() == nil {
+		return nil
+	}
+	e, _ := context.Cause(l.ctx).(*Ended)
+	return e
+}
+
+// AddBytes counts bytes from the user (in) and to the user (out).
+func (l *Live) AddBytes(in, out int64) {
+	if in != 0 {
+		l.in.Add(in)
+	}
+	if out != 0 {
+		l.out.Add(out)
+	}
+}
+
+// Info is a snapshot of the session.
+func (l *Live) Info() Info {
+	i := Info{
+		ID: l.s.ID, Principal: l.s.Principal, Cluster: l.s.Cluster, Kind: l.s.Kind, Target: l.s.Target,
+		Start: l.s.Start, Expires: l.s.Expires, BytesIn: l.in.Load(), BytesOut: l.out.Load(),
+	}
+	if e := l.Ended(); e != nil {
+		i.End, i.Reason, i.Detail = l.endedAt, e.Reason, e.detail()
+	}
+	return i
+}
+
+func (l *Live) end(e *Ended) bool {
+	first := false
+	l.once.Do(func() {
+		first = true
+		l.endedAt = time.Now()
+		l.cancel(e)
+	})
+	if !first {
+		return false
+	}
+	info := l.Info()
+	l.reg.ended(l, info)
+	l.reg.cfg.Logger.Info("session ended", "session", info.ID, "principal", info.Principal.String(),
+		"cluster", info.Cluster, "kind", info.Kind, "reason", info.Reason, "detail", info.Detail,
+		"bytes_in", info.BytesIn, "bytes_out", info.BytesOut)
+	if l.reg.cfg.OnEnd != nil {
+		l.reg.cfg.OnEnd(info)
+	}
+	return true
+}
+
+// ended moves l from the live map to the ring of recent sessions.
+func (r *Registry) ended(l *Live, info Info) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.live[info.ID] == l {
+		delete(r.live, info.ID)
+	}
+	r.recent[(r.at+r.n)%len(r.recent)] = info
+	if r.n < len(r.recent) {
+		r.n++
+	} else {
+		r.at = (r.at + 1) % len(r.recent)
+	}
+}
+
+// Kill ends the live session id with ReasonKilled; it reports whether
+// there was one.
+func (r *Registry) Kill(id string) bool {
+	r.mu.Lock()
+	l := r.live[id]
+	r.mu.Unlock()
+	return l != nil && l.end(&Ended{Reason: ReasonKilled})
+}
+
+// Get returns a snapshot of session id, live or recently ended.
+func (r *Registry) Get(id string) (Info, bool) {
+	for _, i := range r.List() {
+		if i.ID == id {
+			return i, true
+		}
+	}
+	return Info{}, false
+}
+
+// List returns the live sessions, oldest first, then the recently ended
+// ones, most recent first.
+func (r *Registry) List() []Info {
+	r.mu.Lock()
+	live := make([]*Live, 0, len(r.live))
+	for _, l := range r.live {
+		live = append(live, l)
+	}
+	recent := make([]Info, 0, r.n)
+	for k := r.n - 1; k >= 0; k-- {
+		recent = append(recent, r.recent[(r.at+k)%len(r.recent)])
+	}
+	r.mu.Unlock()
+	out := make([]Info, 0, len(live)+len(recent))
+	for _, l := range live {
+		out = append(out, l.Info())
+	}
+	slices.SortFunc(out, func(a, b Info) int { return cmp.Or(a.Start.Compare(b.Start), cmp.Compare(a.ID, b.ID)) })
+	return append(out, recent...)
+}
+
+// Close refuses new sessions, ends the live ones with ReasonShutdown and
+// waits for their watchdogs.
+func (r *Registry) Close() {
+	r.mu.Lock()
+	r.closed = true
+	live := make([]*Live, 0, len(r.live))
+	for _, l := range r.live {
+		live = append(live, l)
+	}
+	r.mu.Unlock()
+	for _, l := range live {
+		l.end(&Ended{Reason: ReasonShutdown})
+	}
+	r.wg.Wait()
+}

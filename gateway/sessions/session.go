@@ -1,0 +1,203 @@
+// Package sessions tracks the live sessions on one hop (exec, attach,
+// port-forward and long streaming responses such as watch and logs -f) and
+// ends them when their user is locked, an admin kills them, or their grant
+// expires — at once, even when the stream is idle (DESIGN.md §2).
+//
+// Each hop (proxy and worker) keeps its own Registry; the proxy pushes kills
+// to workers with the messages in wire.go and locks with package locks.
+package sessions
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/limenhq/limen/gateway/audit"
+	"github.com/limenhq/limen/gateway/identity"
+	"github.com/limenhq/limen/gateway/locks"
+)
+
+// Kind says what sort of stream a session is.
+type Kind string
+
+// Session kinds.
+const (
+	KindExec        Kind = "exec"
+	KindAttach      Kind = "attach"
+	KindPortForward Kind = "portforward"
+	KindWatch       Kind = "watch"
+	KindLogs        Kind = "logs"
+	// KindStream is any other long streaming response.
+	KindStream Kind = "stream"
+)
+
+func (k Kind) valid() bool {
+	switch k {
+	case KindExec, KindAttach, KindPortForward, KindWatch, KindLogs, KindStream:
+		return true
+	}
+	return false
+}
+
+// Reason says why a session ended; session.end audit events carry it.
+type Reason string
+
+// End reasons.
+const (
+	// ReasonClientClosed: the user hung up.
+	ReasonClientClosed Reason = "client_closed"
+	// ReasonCompleted: the API server ended the stream (the command exited,
+	// the watch timed out).
+	ReasonCompleted Reason = "completed"
+	ReasonLocked    Reason = "locked"
+	ReasonKilled    Reason = "killed"
+	// ReasonExpired: the session's grant expired.
+	ReasonExpired Reason = "expired"
+	ReasonError   Reason = "error"
+	// ReasonShutdown: the hop is shutting down.
+	ReasonShutdown Reason = "shutdown"
+)
+
+// MaxIDLen bounds a session ID.
+const MaxIDLen = 128
+
+// Session describes a stream being registered.
+type Session struct {
+	// ID is the grant's session ID, the same on proxy and worker.
+	ID        string
+	Principal identity.Principal
+	Cluster   string
+	Kind      Kind
+	// Target is namespace/pod/container for exec, attach and port-forward,
+	// or the request path for streaming responses.
+	Target string
+	// Start defaults to the time of Register.
+	Start time.Time
+	// Expires is the grant's expiry; the session ends then. Zero: never.
+	Expires time.Time
+}
+
+func (s Session) validate() error {
+	if err := ValidID(s.ID); err != nil {
+		return err
+	}
+	if err := s.Principal.Validate(); err != nil {
+		return fmt.Errorf("session %s: %w", s.ID, err)
+	}
+	if !s.Kind.valid() {
+		return fmt.Errorf("session %s: kind %q is not one of exec, attach, portforward, watch, logs, stream", s.ID, s.Kind)
+	}
+	return nil
+}
+
+// ValidID checks a session ID: 1–128 letters, digits, '.', '_' or '-'.
+func ValidID(id string) error {
+	if id == "" || len(id) > MaxIDLen {
+		return fmt.Errorf("session id must be 1-%d bytes", MaxIDLen)
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return fmt.Errorf("session id %q: only letters, digits, '.', '_' and '-' are allowed", id)
+		}
+	}
+	return nil
+}
+
+// Info is a snapshot of a live or ended session, as `limen sessions ls`
+// shows it.
+type Info struct {
+	ID        string             `json:"id"`
+	Principal identity.Principal `json:"principal"`
+	Cluster   string             `json:"cluster"`
+	Kind      Kind               `json:"kind"`
+	Target    string             `json:"target"`
+	Start     time.Time          `json:"start"`
+	Expires   time.Time          `json:"expires,omitzero"`
+	// BytesIn counts bytes from the user, BytesOut bytes to the user.
+	BytesIn  int64 `json:"bytes_in"`
+	BytesOut int64 `json:"bytes_out"`
+	// End is zero while the session is live.
+	End    time.Time `json:"end,omitzero"`
+	Reason Reason    `json:"reason,omitempty"`
+	// Detail explains the reason: the lock, the error.
+	Detail string `json:"detail,omitempty"`
+}
+
+// Live reports whether the session had not ended when the snapshot was taken.
+func (i Info) Live() bool { return i.End.IsZero() }
+
+// EndEvent is the session.end audit event for an ended session. The reason
+// and its detail are in Fields (the audit Session body has no field for
+// them); callers add what only they know (command, exit code, recording).
+func (i Info) EndEvent() audit.Event {
+	fields := map[string]string{"reason": string(i.Reason), "target": i.Target}
+	if i.Detail != "" {
+		fields["detail"] = i.Detail
+	}
+	return audit.Event{
+		Type:      audit.TypeSessionEnd,
+		Time:      i.End,
+		Principal: i.Principal,
+		Cluster:   i.Cluster,
+		SessionID: i.ID,
+		Session: &audit.Session{
+			Kind:     "kube",
+			Login:    string(i.Kind),
+			BytesIn:  i.BytesIn,
+			BytesOut: i.BytesOut,
+			Duration: i.End.Sub(i.Start),
+		},
+		Fields: fields,
+	}
+}
+
+// ErrClosed means the registry is shut down and takes no new sessions.
+var ErrClosed = errors.New("session registry closed")
+
+// ErrDuplicate means a live session already has the ID.
+var ErrDuplicate = errors.New("session id already live")
+
+// Ended is why a session ended; it is the cause of the session's context
+// (context.Cause(live.Context())). For ReasonLocked it unwraps to a
+// *locks.LockedError, so errors.Is(err, locks.ErrLocked) holds and the
+// message names the lock and its reason.
+type Ended struct {
+	Reason Reason
+	// Lock is set for ReasonLocked.
+	Lock *locks.Lock
+	// Err is set for ReasonError.
+	Err error
+}
+
+func (e *Ended) Error() string {
+	switch {
+	case e.Lock != nil:
+		return "session ended: " + e.Lock.Describe()
+	case e.Err != nil:
+		return "session ended: " + e.Err.Error()
+	case e.Reason == ReasonExpired:
+		return "session ended: grant expired; run the command again to get a new one"
+	case e.Reason == ReasonKilled:
+		return "session ended: killed by an administrator"
+	}
+	return "session ended: " + string(e.Reason)
+}
+
+// Unwrap exposes the lock or the error behind the end.
+func (e *Ended) Unwrap() error {
+	if e.Lock != nil {
+		return &locks.LockedError{Lock: *e.Lock}
+	}
+	return e.Err
+}
+
+func (e *Ended) detail() string {
+	switch {
+	case e.Lock != nil:
+		return e.Lock.Describe()
+	case e.Err != nil:
+		return e.Err.Error()
+	}
+	return ""
+}
