@@ -19,6 +19,10 @@ type Client struct {
 	Proxy string
 	// HTTP carries the TLS configuration (trust, client certificate).
 	HTTP *http.Client
+	// Hint, when set, is appended to connection errors. With TLS 1.3 a
+	// refused client certificate shows up only as a reset or broken pipe, so
+	// callers that present one say what to try.
+	Hint string
 }
 
 func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
@@ -39,6 +43,9 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 	}
 	resp, err := c.HTTP.Do(req)
 	if err != nil {
+		if c.Hint != "" {
+			return fmt.Errorf("%s %s: %w (%s)", method, path, err, c.Hint)
+		}
 		return fmt.Errorf("%s %s: %w", method, path, err)
 	}
 	defer resp.Body.Close()

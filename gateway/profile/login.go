@@ -94,7 +94,11 @@ func (p *Profile) Client(creds *Credentials) (*authapi.Client, error) {
 	if creds != nil {
 		cfg.Certificates = []tls.Certificate{creds.TLS}
 	}
-	return &authapi.Client{Proxy: p.Proxy, HTTP: httpClient(cfg)}, nil
+	c := &authapi.Client{Proxy: p.Proxy, HTTP: httpClient(cfg)}
+	if creds != nil {
+		c.Hint = "if the proxy refused your certificate, run limen login --proxy " + p.Proxy
+	}
+	return c, nil
 }
 
 func httpClient(cfg *tls.Config) *http.Client {
