@@ -86,3 +86,34 @@ func TestGoldenEverySplit(t *testing.T) {
 }
 
 var _ stream.Handler = (*capture.Log)(nil)
+
+// TestConcurrentDirections decodes both directions of each golden session on
+// two goroutines, as the relay does, with one Handler; run with -race. Which
+// server data is seen depends on scheduling, but nothing may fail.
+func TestConcurrentDirections(t *testing.T) {
+	for _, tc := range goldens {
+		g := capture.Golden(t, tc.name, nil)
+		s, err := spdy.NewSession(g.Protocol, &capture.Log{}, spdy.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		errs := make(chan error, 2)
+		for _, side := range []struct {
+			d    *spdy.Decoder
+			data []byte
+		}{{s.Client(), g.Client}, {s.Server(), g.Server}} {
+			go func() {
+				err := capture.Feed(side.d, side.data, capture.Bytewise(len(side.data))[:len(side.data)/2])
+				if err == nil {
+					err = side.d.Close()
+				}
+				errs <- err
+			}()
+		}
+		for range 2 {
+			if err := <-errs; err != nil {
+				t.Errorf("%s: %v", tc.name, err)
+			}
+		}
+	}
+}
