@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -95,6 +96,11 @@ func (c proxyConfig) validate() error {
 	}
 	if c.WorkerCertTTL < time.Hour {
 		return fmt.Errorf("worker-cert-ttl %s: must be at least 1h", c.WorkerCertTTL)
+	}
+	for _, n := range c.ServerNames {
+		if net.ParseIP(n) == nil && !validDNSName(n) {
+			return fmt.Errorf("server-name %q: want a DNS name (letters, digits, '-', '.') or an IP address", n)
+		}
 	}
 	for _, n := range c.Clusters {
 		if err := auth.ValidClusterName(n); err != nil {
@@ -216,4 +222,23 @@ func (c configuredClusters) Clusters(ctx context.Context, p identity.Principal) 
 		cands = append(cands, policy.Cluster{Name: n})
 	}
 	return c.engine.Clusters(ctx, p, cands)
+}
+
+// validDNSName accepts host names made of 1–63-byte labels of letters,
+// digits and inner hyphens.
+func validDNSName(s string) bool {
+	if s == "" || len(s) > 253 {
+		return false
+	}
+	for _, label := range strings.Split(s, ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for _, r := range label {
+			if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-') {
+				return false
+			}
+		}
+	}
+	return true
 }

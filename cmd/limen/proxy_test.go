@@ -31,6 +31,12 @@ func TestProxyConfig(t *testing.T) {
 		{name: "ttl too short", args: []string{"--data-dir", dir, "--user-cert-ttl", "1s"}, want: "user-cert-ttl"},
 		{name: "bad listen", args: []string{"--data-dir", dir, "--listen", "8443"}, want: "listen"},
 		{name: "bad cluster", args: []string{"--data-dir", dir, "--clusters", "prod,../x"}, want: "clusters"},
+		{name: "bad server name", args: []string{"--data-dir", dir, "--server-name", "limen.example.com,*.evil"}, want: "server-name"},
+		{name: "server names", args: []string{"--data-dir", dir, "--server-name", "limen.example.com,10.0.0.1,::1"}, check: func(t *testing.T, c proxyConfig) {
+			if len(c.ServerNames) != 3 {
+				t.Errorf("server names %q", c.ServerNames)
+			}
+		}},
 		{name: "worker ttl", args: []string{"--data-dir", dir, "--worker-cert-ttl", "1m"}, want: "worker-cert-ttl"},
 		{name: "yaml", args: []string{"--config", yaml}, check: func(t *testing.T, c proxyConfig) {
 			if c.DataDir != "/from/yaml" || c.UserCertTTL != 2*time.Hour || c.Listen != "127.0.0.1:9000" {

@@ -117,6 +117,7 @@ func serve(t *testing.T, a *Authority) *httptest.Server {
 		http.Error(w, "anonymous", 401)
 	}))
 	srv.TLS = a.ServerTLSConfig()
+	srv.Config.ErrorLog = slog.NewLogLogger(slog.DiscardHandler, slog.LevelError)
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
 	return srv
