@@ -1,0 +1,345 @@
+package adminapi_test
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/limenhq/limen/gateway/adminapi"
+	"github.com/limenhq/limen/gateway/audit"
+	"github.com/limenhq/limen/gateway/auth"
+	"github.com/limenhq/limen/gateway/authapi"
+	"github.com/limenhq/limen/gateway/identity"
+	"github.com/limenhq/limen/gateway/locks"
+	"github.com/limenhq/limen/gateway/sessions"
+)
+
+type policy struct{}
+
+func (policy) AdminAllow(_ context.Context, p identity.Principal, _ string) (bool, error) {
+	return slices.Contains(p.Traits["groups"], "admins"), nil
+}
+
+// sink records events and fails while broken is set.
+type sink struct {
+	mu     sync.Mutex
+	events []audit.Event
+	broken bool
+}
+
+func (s *sink) Emit(_ context.Context, e audit.Event) error {
+	if err := e.Validate(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.broken {
+		return audit.ErrUnavailable
+	}
+	s.events = append(s.events, e)
+	return nil
+}
+
+func (s *sink) setBroken(b bool) { s.mu.Lock(); s.broken = b; s.mu.Unlock() }
+
+func (s *sink) last(typ audit.Type) (audit.Event, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := len(s.events) - 1; i >= 0; i-- {
+		if s.events[i].Type == typ {
+			return s.events[i], true
+		}
+	}
+	return audit.Event{}, false
+}
+
+type env struct {
+	proxy  string
+	ca     *auth.Authority
+	store  *locks.Store
+	set    *locks.Set
+	reg    *sessions.Registry
+	audit  *sink
+	killed chan sessions.Info
+}
+
+func setup(t *testing.T) *env {
+	t.Helper()
+	dir := t.TempDir()
+	quiet := slog.New(slog.DiscardHandler)
+	ca, err := auth.Open(auth.Options{DataDir: dir, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := locks.Open(context.Background(), locks.Path(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{ca: ca, store: store, set: locks.NewSet(), audit: &sink{}, killed: make(chan sessions.Info, 4)}
+	e.reg = sessions.New(sessions.Config{Locks: e.set, Logger: quiet})
+	t.Cleanup(func() { e.reg.Close(); store.Close() })
+	h, err := adminapi.New(adminapi.Config{
+		Locks: store, Sessions: e.reg, Admin: policy{}, Principal: ca.PrincipalFromRequest, Audit: e.audit,
+		OnChange: func(_ context.Context, c locks.Change) { e.set.Apply(c) },
+		OnKill:   func(_ context.Context, i sessions.Info, _ identity.Principal) { e.killed <- i },
+		Logger:   quiet,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/v1/", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusTeapot) })
+	h.Register(mux)
+	srv := httptest.NewUnstartedServer(mux)
+	srv.TLS = ca.ServerTLSConfig()
+	srv.Config.ErrorLog = slog.NewLogLogger(slog.DiscardHandler, slog.LevelError)
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	e.proxy = strings.TrimPrefix(srv.URL, "https://")
+	return e
+}
+
+// client returns an API client presenting a CA-issued certificate for p, or
+// none when p is nil.
+func (e *env) client(t *testing.T, p *identity.Principal) *adminapi.Client {
+	t.Helper()
+	roots := x509.NewCertPool()
+	roots.AddCert(e.ca.RootCert())
+	cfg := &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS13}
+	if p != nil {
+		key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		cert, err := e.ca.IssueUser(key.Public(), *p, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Certificates = []tls.Certificate{{Certificate: [][]byte{cert.Raw}, PrivateKey: key}}
+	}
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: cfg}, Timeout: 10 * time.Second}
+	return &adminapi.Client{Proxy: e.proxy, HTTP: hc}
+}
+
+var (
+	admin = identity.Principal{Kind: identity.KindUser, Name: "root-admin", Traits: map[string][]string{"groups": {"admins"}}}
+	alice = identity.Principal{Kind: identity.KindUser, Name: "alice", Traits: map[string][]string{"groups": {"dev"}}}
+)
+
+func status(err error) int {
+	var se *authapi.StatusError
+	if errors.As(err, &se) {
+		return se.Code
+	}
+	return 0
+}
+
+func TestLockEndsSessionsAndRefuses(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	live, err := e.reg.Register(ctx, sessions.Session{ID: "s1", Principal: alice, Cluster: "dev", Kind: sessions.KindWatch, Target: "/api/v1/pods"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := e.client(t, &admin)
+	start := time.Now()
+	l, err := c.Lock(ctx, adminapi.LockRequest{Target: locks.TargetOf(alice), Reason: "incident 42", TTL: "1h"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-live.Done():
+		t.Logf("API lock → session end: %s", time.Since(start))
+	case <-time.After(2 * time.Second):
+		t.Fatal("alice's session still live 2s after the lock")
+	}
+	if l.CreatedBy != "user:root-admin" || l.Expires.IsZero() {
+		t.Fatalf("lock %+v", l)
+	}
+	ev, ok := e.audit.last(audit.TypeUserLock)
+	if !ok || ev.Principal.Name != "root-admin" || ev.Fields["target"] != "user:alice" || ev.Fields["reason"] != "incident 42" {
+		t.Fatalf("user.lock event %+v", ev)
+	}
+	_, err = e.reg.Register(ctx, sessions.Session{ID: "s2", Principal: alice, Cluster: "dev", Kind: sessions.KindExec})
+	if err == nil || !strings.Contains(err.Error(), "user alice is locked by user:root-admin: incident 42 (until ") {
+		t.Fatalf("new session of a locked user: %v", err)
+	}
+	list, err := c.Locks(ctx)
+	if err != nil || len(list) != 1 || list[0].Target.Name != "alice" {
+		t.Fatalf("Locks = %+v, %v", list, err)
+	}
+
+	// Unlock, and again.
+	if _, err := c.Unlock(ctx, locks.TargetOf(alice)); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := e.audit.last(audit.TypeUserUnlock); !ok {
+		t.Fatal("unlock not audited")
+	}
+	if _, ok := e.set.Locked(alice, time.Now()); ok {
+		t.Fatal("alice still locked in the set after unlock")
+	}
+	if _, err := c.Unlock(ctx, locks.TargetOf(alice)); status(err) != http.StatusNotFound {
+		t.Fatalf("second unlock: %v, want 404", err)
+	}
+}
+
+func TestAuthorization(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	if _, err := e.client(t, nil).Locks(ctx); status(err) != http.StatusUnauthorized {
+		t.Fatalf("no certificate: %v, want 401", err)
+	}
+	c := e.client(t, &alice)
+	calls := map[string]func() error{
+		"lock":     func() error { _, err := c.Lock(ctx, adminapi.LockRequest{Target: locks.TargetOf(admin), Reason: "x"}); return err },
+		"unlock":   func() error { _, err := c.Unlock(ctx, locks.TargetOf(admin)); return err },
+		"locks":    func() error { _, err := c.Locks(ctx); return err },
+		"sessions": func() error { _, err := c.Sessions(ctx); return err },
+		"kill":     func() error { _, err := c.Kill(ctx, "abc"); return err },
+	}
+	for name, call := range calls {
+		if err := call(); status(err) != http.StatusForbidden {
+			t.Errorf("%s by a non-admin: %v, want 403", name, err)
+		}
+	}
+	if ev, ok := e.audit.last(audit.TypeAuthDenied); !ok || ev.Principal.Name != "alice" {
+		t.Fatalf("refusal not audited: %+v", ev)
+	}
+	if _, ok := e.set.Locked(admin, time.Now()); ok {
+		t.Fatal("a refused lock took effect")
+	}
+}
+
+func TestKillOneSession(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	one, _ := e.reg.Register(ctx, sessions.Session{ID: "one", Principal: alice, Cluster: "dev", Kind: sessions.KindExec, Target: "default/web/app"})
+	two, _ := e.reg.Register(ctx, sessions.Session{ID: "two", Principal: alice, Cluster: "dev", Kind: sessions.KindExec, Target: "default/web/app"})
+	one.AddBytes(3, 40)
+	c := e.client(t, &admin)
+
+	list, err := c.Sessions(ctx)
+	if err != nil || len(list) != 2 || list[0].Principal.Name != "alice" {
+		t.Fatalf("Sessions = %+v, %v", list, err)
+	}
+	info, err := c.Kill(ctx, "one")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Reason != sessions.ReasonKilled || info.BytesOut != 40 {
+		t.Fatalf("killed info %+v", info)
+	}
+	if one.Ended() == nil || two.Ended() != nil {
+		t.Fatal("kill ended the wrong sessions")
+	}
+	if got := <-e.killed; got.ID != "one" || got.Cluster != "dev" {
+		t.Fatalf("OnKill got %+v", got)
+	}
+	if ev, ok := e.audit.last(audit.TypeSessionKill); !ok || ev.SessionID != "one" || ev.Fields["user"] != "user:alice" {
+		t.Fatalf("session.kill event %+v", ev)
+	}
+	if _, err := c.Kill(ctx, "one"); status(err) != http.StatusNotFound {
+		t.Fatalf("kill of ended session: %v, want 404", err)
+	}
+	if _, err := c.Kill(ctx, "a%2Fb"); status(err) != http.StatusBadRequest && status(err) != http.StatusNotFound {
+		t.Fatalf("kill of bad id: %v, want 400", err)
+	}
+}
+
+func TestAuditFailure(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	c := e.client(t, &admin)
+	e.audit.setBroken(true)
+	_, err := c.Lock(ctx, adminapi.LockRequest{Target: locks.TargetOf(alice), Reason: "incident"})
+	if status(err) != http.StatusServiceUnavailable || !strings.Contains(err.Error(), "lock is in force") {
+		t.Fatalf("lock with audit down: %v", err)
+	}
+	if _, ok := e.set.Locked(alice, time.Now()); !ok {
+		t.Fatal("lock did not take effect while audit was down")
+	}
+	_, err = c.Unlock(ctx, locks.TargetOf(alice))
+	if status(err) != http.StatusServiceUnavailable || !strings.Contains(err.Error(), "stays in force") {
+		t.Fatalf("unlock with audit down: %v", err)
+	}
+	if _, ok := e.set.Locked(alice, time.Now()); !ok {
+		t.Fatal("unaudited unlock took effect in the set")
+	}
+	if l, _ := e.store.List(ctx, time.Now()); len(l) != 1 {
+		t.Fatalf("unaudited unlock took effect in the store: %+v", l)
+	}
+	e.audit.setBroken(false)
+	if _, err := c.Unlock(ctx, locks.TargetOf(alice)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestBadLockRequests(t *testing.T) {
+	e := setup(t)
+	c := e.client(t, &admin)
+	tests := []struct {
+		name string
+		req  adminapi.LockRequest
+	}{
+		{"no reason", adminapi.LockRequest{Target: locks.TargetOf(alice)}},
+		{"no target", adminapi.LockRequest{Reason: "x"}},
+		{"bad kind", adminapi.LockRequest{Target: locks.Target{Kind: "group", Name: "dev"}, Reason: "x"}},
+		{"bad ttl", adminapi.LockRequest{Target: locks.TargetOf(alice), Reason: "x", TTL: "soon"}},
+		{"tiny ttl", adminapi.LockRequest{Target: locks.TargetOf(alice), Reason: "x", TTL: "1ms"}},
+		{"negative ttl", adminapi.LockRequest{Target: locks.TargetOf(alice), Reason: "x", TTL: "-1h"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := c.Lock(context.Background(), tt.req)
+			if status(err) != http.StatusBadRequest {
+				t.Fatalf("got %v, want 400", err)
+			}
+			t.Log(err)
+		})
+	}
+}
+
+func TestParseLockRequest(t *testing.T) {
+	now := time.Now()
+	tests := []struct {
+		body string
+		ok   bool
+	}{
+		{`{"target":{"kind":"user","name":"alice"},"reason":"r"}`, true},
+		{`{"target":{"kind":"bot","name":"ci"},"reason":"r","ttl":"30m"}`, true},
+		{`{"target":{"kind":"user","name":"alice"},"reason":"r","extra":1}`, false},
+		{`{"target":{"kind":"user","name":"alice"},"reason":"r"} {}`, false},
+		{`{"target":{"kind":"user","name":"alice"},"reason":"a\nb"}`, false},
+		{`[]`, false},
+		{``, false},
+	}
+	for _, tt := range tests {
+		l, err := adminapi.ParseLockRequest([]byte(tt.body), admin, now)
+		if (err == nil) != tt.ok {
+			t.Errorf("ParseLockRequest(%s) = %+v, %v; want ok=%v", tt.body, l, err, tt.ok)
+		}
+	}
+}
+
+func FuzzParseLockRequest(f *testing.F) {
+	f.Add(`{"target":{"kind":"user","name":"alice"},"reason":"r","ttl":"1h"}`)
+	f.Add(`{"target":{"kind":"bot","name":"x"},"reason":"\u0000"}`)
+	f.Add(`{"ttl":"9999999h"}`)
+	now := time.Now()
+	f.Fuzz(func(t *testing.T, body string) {
+		l, err := adminapi.ParseLockRequest([]byte(body), admin, now)
+		if err == nil && l.Validate() != nil {
+			t.Fatalf("accepted invalid lock %+v", l)
+		}
+	})
+}
