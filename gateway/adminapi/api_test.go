@@ -201,7 +201,10 @@ func TestAuthorization(t *testing.T) {
 	}
 	c := e.client(t, &alice)
 	calls := map[string]func() error{
-		"lock":     func() error { _, err := c.Lock(ctx, adminapi.LockRequest{Target: locks.TargetOf(admin), Reason: "x"}); return err },
+		"lock": func() error {
+			_, err := c.Lock(ctx, adminapi.LockRequest{Target: locks.TargetOf(admin), Reason: "x"})
+			return err
+		},
 		"unlock":   func() error { _, err := c.Unlock(ctx, locks.TargetOf(admin)); return err },
 		"locks":    func() error { _, err := c.Locks(ctx); return err },
 		"sessions": func() error { _, err := c.Sessions(ctx); return err },
