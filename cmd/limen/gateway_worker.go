@@ -1,0 +1,108 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+	"github.com/spf13/viper"
+
+	"github.com/limenhq/limen/gateway/buildinfo"
+	"github.com/limenhq/limen/gateway/enroll"
+	"github.com/limenhq/limen/gateway/policy"
+	"github.com/limenhq/limen/gateway/tunnel"
+	"github.com/limenhq/limen/gateway/worker"
+)
+
+// workerKubeConfig is how the worker reaches its API server.
+type workerKubeConfig struct {
+	APIServer string
+	CAFile    string
+	TokenFile string
+	Labels    map[string]string
+}
+
+func addWorkerKubeFlags(f *pflag.FlagSet) {
+	f.String("kube-api-server", "", "the API server's https URL (default: the in-cluster address)")
+	f.String("kube-ca-file", worker.InClusterCAFile, "CA bundle that verifies the API server")
+	f.String("kube-token-file", worker.InClusterTokenFile, "ServiceAccount token file, re-read every minute")
+	f.StringSlice("kube-cluster-label", nil, "cluster label KEY=VALUE the policy sees (repeatable; must match the proxy's --cluster-label)")
+}
+
+func loadWorkerKubeConfig(v *viper.Viper) (workerKubeConfig, error) {
+	c := workerKubeConfig{
+		APIServer: v.GetString("kube-api-server"), CAFile: v.GetString("kube-ca-file"),
+		TokenFile: v.GetString("kube-token-file"), Labels: map[string]string{},
+	}
+	if c.APIServer == "" {
+		c.APIServer = worker.InClusterAPIServer()
+	}
+	if c.APIServer == "" {
+		return c, fmt.Errorf("kube-api-server: required outside a pod; set --kube-api-server https://HOST:PORT")
+	}
+	if c.TokenFile == "" {
+		return c, fmt.Errorf("kube-token-file: required")
+	}
+	for _, kv := range v.GetStringSlice("kube-cluster-label") {
+		k, val, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return c, fmt.Errorf("kube-cluster-label %q: want KEY=VALUE", kv)
+		}
+		c.Labels[k] = val
+	}
+	return c, nil
+}
+
+// runWorkerGateway serves the cluster through the tunnel until ctx ends.
+func runWorkerGateway(ctx context.Context, v *viper.Viper, kc workerKubeConfig, id *enroll.WorkerIdentity, dataDir string, log *slog.Logger) error {
+	upstream, rt, err := worker.Upstream(kc.APIServer, kc.CAFile)
+	if err != nil {
+		return err
+	}
+	tokens := &worker.TokenFile{Path: kc.TokenFile}
+	if _, err := tokens.Token(); err != nil {
+		// Not fatal: every request is answered 503 until the file is readable.
+		log.Error("ServiceAccount token unreadable; requests get 503 until it is", "err", err)
+	}
+	popts, err := policyOptions(v, log)
+	if err != nil {
+		return err
+	}
+	pol, err := policy.New(ctx, popts)
+	if err != nil {
+		return fmt.Errorf("policy: %w", err)
+	}
+	defer pol.Close()
+	go func() { _ = pol.Run(ctx) }()
+
+	h := &worker.Handler{
+		Cluster: policy.Cluster{Name: id.Cluster, Labels: kc.Labels}, GrantKey: id.GrantKey, Policy: pol,
+		Upstream: upstream, Transport: rt, Token: tokens.Token,
+		Logger: log.With("component", "worker"), Now: time.Now,
+	}
+	client := &tunnel.Client{
+		Addr: id.Proxy, TLSConfig: id.TLSConfig(),
+		Hello:   tunnel.Hello{Cluster: id.Cluster, WorkerID: workerID(dataDir), Version: buildinfo.Version},
+		Handler: h.ServeStream,
+		Logger:  log.With("component", "tunnel"),
+		OnConnect: func(context.Context, tunnel.HelloAck) {
+			log.Info("connected to proxy", "proxy", id.Proxy, "cluster", id.Cluster)
+		},
+	}
+	log.Info("worker started", "cluster", id.Cluster, "api_server", upstream.String(), "policy", popts.Source())
+	return client.Run(ctx)
+}
+
+// workerID is stable across restarts of the same worker: its host name and
+// data directory.
+func workerID(dataDir string) string {
+	host, _ := os.Hostname()
+	sum := sha256.Sum256([]byte(dataDir))
+	return host + "-" + hex.EncodeToString(sum[:4])
+}
