@@ -35,6 +35,7 @@ of precedence.`,
 		newAuditCmd(),
 		newProxyCmd(), newWorkerCmd(), newLoginCmd(), newLogoutCmd(), newStatusCmd(),
 		newUsersCmd(), newKubeCmd(), newTokensCmd(),
+		newLockCmd(), newUnlockCmd(), newLocksCmd(), newSessionsCmd(),
 		newPolicyCmd(),
 	)
 	return root

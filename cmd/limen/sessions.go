@@ -1,0 +1,85 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/limenhq/limen/gateway/sessions"
+)
+
+func newSessionsCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "sessions",
+		Short: "Show and end live sessions: exec, attach, port-forward, watch, logs (admin)",
+	}
+	cmd.PersistentFlags().String("proxy", "", "proxy HOST:PORT (default: the last one logged in to)")
+	ls := &cobra.Command{
+		Use:   "ls",
+		Short: "List live sessions, then recently ended ones",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			v, err := loadConfig(cmd)
+			if err != nil {
+				return err
+			}
+			c, err := sessionAdminClient(v.GetString("proxy"))
+			if err != nil {
+				return err
+			}
+			list, err := c.Sessions(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if v.GetBool("json") {
+				return json.NewEncoder(cmd.OutOrStdout()).Encode(list)
+			}
+			return printSessions(cmd, list)
+		},
+	}
+	ls.Flags().Bool("json", false, "print JSON")
+	kill := &cobra.Command{
+		Use:   "kill ID",
+		Short: "End one session on the proxy and its worker; the user's other sessions go on",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			v, err := loadConfig(cmd)
+			if err != nil {
+				return err
+			}
+			if err := sessions.ValidID(args[0]); err != nil {
+				return err
+			}
+			c, err := sessionAdminClient(v.GetString("proxy"))
+			if err != nil {
+				return err
+			}
+			info, err := c.Kill(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "Killed session %s (%s %s on %s, %s).\n",
+				info.ID, info.Principal, info.Kind, info.Cluster, info.Target)
+			return nil
+		},
+	}
+	cmd.AddCommand(ls, kill)
+	return cmd
+}
+
+func printSessions(cmd *cobra.Command, list []sessions.Info) error {
+	tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tUSER\tCLUSTER\tKIND\tTARGET\tSTART\tIN\tOUT\tSTATE")
+	for _, s := range list {
+		state := "live"
+		if !s.Live() {
+			state = fmt.Sprintf("%s after %s", s.Reason, s.End.Sub(s.Start).Round(time.Second))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", s.ID, s.Principal, s.Cluster, s.Kind, s.Target,
+			s.Start.Local().Format(time.RFC3339), s.BytesIn, s.BytesOut, state)
+	}
+	return tw.Flush()
+}
