@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"strings"
 	"testing"
 
 	"github.com/limenhq/limen/gateway/tunnel"
@@ -50,7 +51,7 @@ func TestKillPushRejects(t *testing.T) {
 		{"not JSON", TypeKill, "["},
 		{"no id", TypeKill, `{}`},
 		{"bad id", TypeKill, `{"id":"a/b"}`},
-		{"long id", TypeKill, `{"id":"` + string(make([]byte, 0)) + `aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"}`},
+		{"long id", TypeKill, `{"id":"` + strings.Repeat("a", MaxIDLen+1) + `"}`},
 		{"id not string", TypeKill, `{"id":5}`},
 		{"wrong type", "session.other", `{"id":"a"}`},
 	}
