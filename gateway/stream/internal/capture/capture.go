@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"sync"
+	"time"
 )
 
 // Session is one recorded connection after the HTTP upgrade.
@@ -26,8 +27,46 @@ type Session struct {
 // recorder keeps the bytes of every connection its listener accepted.
 type recorder struct {
 	net.Listener
-	mu    sync.Mutex
-	conns []*teeConn
+	handlers sync.WaitGroup // handlers still running (and writing)
+	mu       sync.Mutex
+	conns    []*teeConn
+}
+
+// finish waits for the handlers to return, so that no frame is cut in the
+// middle, then closes the connections.
+func (r *recorder) finish(srv *httptest.Server) error {
+	done := make(chan struct{})
+	go func() { r.handlers.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		return errors.New("capture: server handler did not return")
+	}
+	r.quiesce(150*time.Millisecond, 5*time.Second)
+	srv.CloseClientConnections()
+	return nil
+}
+
+// quiesce waits until no connection moved a byte for idle, so that frames
+// still being written (field by field, by spdystream) are complete.
+func (r *recorder) quiesce(idle, max time.Duration) {
+	deadline := time.Now().Add(max)
+	for time.Now().Before(deadline) {
+		last := time.Time{}
+		r.mu.Lock()
+		for _, c := range r.conns {
+			c.mu.Lock()
+			if c.last.After(last) {
+				last = c.last
+			}
+			c.mu.Unlock()
+		}
+		r.mu.Unlock()
+		if time.Since(last) >= idle {
+			return
+		}
+		time.Sleep(idle / 3)
+	}
 }
 
 func (r *recorder) Accept() (net.Conn, error) {
@@ -81,12 +120,14 @@ type teeConn struct {
 	net.Conn
 	mu      sync.Mutex
 	in, out bytes.Buffer
+	last    time.Time // of the last byte moved
 }
 
 func (c *teeConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
 	c.mu.Lock()
 	c.in.Write(p[:n])
+	c.last = time.Now()
 	c.mu.Unlock()
 	return n, err
 }
@@ -95,14 +136,20 @@ func (c *teeConn) Write(p []byte) (int, error) {
 	n, err := c.Conn.Write(p)
 	c.mu.Lock()
 	c.out.Write(p[:n])
+	c.last = time.Now()
 	c.mu.Unlock()
 	return n, err
 }
 
 // serve starts a loopback server for h whose connections are recorded.
 func serve(h http.Handler) (*httptest.Server, *recorder) {
-	srv := httptest.NewUnstartedServer(h)
-	rec := &recorder{Listener: srv.Listener}
+	rec := &recorder{}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rec.handlers.Add(1)
+		defer rec.handlers.Done()
+		h.ServeHTTP(w, r)
+	}))
+	rec.Listener = srv.Listener
 	srv.Listener = rec
 	srv.Start()
 	return srv, rec

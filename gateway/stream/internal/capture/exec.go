@@ -146,8 +146,9 @@ func Exec(ctx context.Context, tr Transport, tty bool) (Session, error) {
 	if err != nil && !(errors.As(err, &exitErr) && exitErr.ExitStatus() == ExitCode) {
 		return Session{}, fmt.Errorf("exec: %w", err)
 	}
-	time.Sleep(50 * time.Millisecond) // let the server finish writing
-	srv.CloseClientConnections()
+	if err := rec.finish(srv); err != nil {
+		return Session{}, err
+	}
 	return rec.upgraded()
 }
 

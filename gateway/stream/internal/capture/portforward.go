@@ -93,8 +93,9 @@ func PortForward(ctx context.Context, tunnel bool) (Session, error) {
 	_ = forward(conn, RefusedPort, 1, []byte("nobody listens"))
 	time.Sleep(100 * time.Millisecond)
 	conn.Close()
-	time.Sleep(50 * time.Millisecond)
-	srv.CloseClientConnections()
+	if err := rec.finish(srv); err != nil {
+		return Session{}, err
+	}
 	return rec.upgraded()
 }
 
