@@ -223,3 +223,11 @@ func (s *Session) reset(id spdy.StreamId) *streamState {
 	delete(s.streams, id)
 	return st
 }
+
+// OpenStreams returns how many streams the session is tracking (open in at
+// least one direction).
+func (s *Session) OpenStreams() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.streams)
+}
