@@ -9,17 +9,19 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/limenhq/limen/gateway/audit"
 	"github.com/limenhq/limen/gateway/auth"
 	"github.com/limenhq/limen/gateway/authapi"
 	"github.com/limenhq/limen/gateway/enroll"
 	"github.com/limenhq/limen/gateway/identity"
 	"github.com/limenhq/limen/gateway/policy"
+	"github.com/limenhq/limen/gateway/proxy"
+	"github.com/limenhq/limen/gateway/tunnel"
 	"github.com/limenhq/limen/gateway/users"
 )
 
@@ -33,9 +35,10 @@ type proxyConfig struct {
 	TLSCert       string
 	TLSKey        string
 	ServerNames   []string
-	// Clusters are the cluster names offered to policy until the cluster
-	// registry exists.
+	// Clusters are the cluster names offered to policy for limen kube ls.
 	Clusters []string
+	// ClusterLabels are the labels policy sees for each cluster.
+	ClusterLabels map[string]map[string]string
 }
 
 func newProxyCmd() *cobra.Command {
@@ -66,7 +69,9 @@ command (data.limen.admin.allow).`,
 	f.String("tls-cert", "", "operator-provided TLS serving certificate chain (PEM); default: issued by the CA")
 	f.String("tls-key", "", "key of --tls-cert (PEM)")
 	f.StringSlice("server-name", nil, "extra DNS name or IP for the generated serving certificate (repeatable)")
-	f.StringSlice("clusters", nil, "cluster names offered to policy for limen kube ls (until the cluster registry exists)")
+	f.StringSlice("clusters", nil, "cluster names offered to policy for limen kube ls")
+	f.StringSlice("cluster-label", nil, "label the policy sees for a cluster, NAME:KEY=VALUE (repeatable; workers must agree)")
+	addPolicyFlags(f)
 	return cmd
 }
 
@@ -80,6 +85,9 @@ func loadProxyConfig(cmd *cobra.Command) (proxyConfig, error) {
 		UserCertTTL: v.GetDuration("user-cert-ttl"), WorkerCertTTL: v.GetDuration("worker-cert-ttl"),
 		CACert: v.GetString("ca-cert"), CAKey: v.GetString("ca-key"), TLSCert: v.GetString("tls-cert"), TLSKey: v.GetString("tls-key"),
 		ServerNames: v.GetStringSlice("server-name"), Clusters: v.GetStringSlice("clusters"),
+	}
+	if c.ClusterLabels, err = parseClusterLabels(v.GetStringSlice("cluster-label")); err != nil {
+		return c, err
 	}
 	return c, c.validate()
 }
@@ -118,13 +126,15 @@ type proxyServer struct {
 	Users  *users.Store
 	Tokens *enroll.TokenStore
 	Policy *policy.Engine
+	Tunnel *tunnel.Server
+	Audit  *audit.Store
 	Mux    *http.ServeMux
 	TLS    *tls.Config
 	Log    *slog.Logger
 }
 
 // buildProxy opens the data directory and wires the identity API under /v1/.
-func buildProxy(ctx context.Context, c proxyConfig, log *slog.Logger) (*proxyServer, error) {
+func buildProxy(ctx context.Context, c proxyConfig, popts policy.Options, log *slog.Logger) (*proxyServer, error) {
 	if err := os.MkdirAll(c.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("data-dir: %w", err)
 	}
@@ -134,13 +144,18 @@ func buildProxy(ctx context.Context, c proxyConfig, log *slog.Logger) (*proxySer
 	if err != nil {
 		return nil, err
 	}
-	pol, err := policy.New(ctx, policy.Options{Logger: log, PersistDir: filepath.Join(c.DataDir, "policy")})
+	pol, err := policy.New(ctx, popts)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("policy: %w", err)
 	}
-	s := &proxyServer{CA: ca, Policy: pol, Mux: http.NewServeMux(), TLS: ca.ServerTLSConfig(), Log: log}
-	auditor := auth.SlogAuditor{Logger: log}
+	s := &proxyServer{CA: ca, Policy: pol, Mux: http.NewServeMux(), TLS: ca.ServerTLSConfig(), Log: log,
+		Tunnel: &tunnel.Server{Logger: log.With("component", "tunnel")}}
+	if s.Audit, err = audit.Open(ctx, audit.Path(c.DataDir), audit.Options{Logger: log}); err != nil {
+		return nil, fmt.Errorf("audit store: %w", err)
+	}
+	auditor := identityAuditor{sink: s.Audit}
 	if s.Users, err = users.Open(users.Path(c.DataDir), users.Options{}); err != nil {
+		s.Close()
 		return nil, err
 	}
 	if s.Tokens, err = enroll.OpenTokenStore(enroll.TokenStorePath(c.DataDir), enroll.TokenStoreOptions{Auditor: auditor}); err != nil {
@@ -148,35 +163,22 @@ func buildProxy(ctx context.Context, c proxyConfig, log *slog.Logger) (*proxySer
 		return nil, err
 	}
 	api, err := authapi.New(authapi.Config{CA: ca, Users: s.Users, Tokens: s.Tokens, Admin: pol,
-		Clusters: configuredClusters{engine: pol, names: c.Clusters}, Auditor: auditor, Logger: log})
+		Clusters: configuredClusters{engine: pol, names: c.Clusters, labels: c.ClusterLabels}, Workers: s.Tunnel,
+		Auditor: auditor, Logger: log})
 	if err != nil {
 		s.Close()
 		return nil, err
 	}
 	s.Mux.Handle("/v1/", api)
+	s.Mux.Handle("/k8s/", newKube(s, c.ClusterLabels))
 	return s, nil
 }
 
-// Serve serves HTTPS on ln until ctx ends.
+// Serve runs the one TLS port — worker tunnels, HTTP/2 and HTTP/1.1, told
+// apart by ALPN — until ctx ends.
 func (s *proxyServer) Serve(ctx context.Context, ln net.Listener) error {
-	srv := &http.Server{Handler: s.Mux, TLSConfig: s.TLS, ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog: slog.NewLogLogger(s.Log.Handler(), slog.LevelDebug)}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		<-ctx.Done()
-		shut, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		srv.Shutdown(shut)
-	}()
-	// ServeTLS (not Serve on a TLS listener) so net/http sets up HTTP/2 for
-	// the "h2" ALPN the config offers.
-	err := srv.ServeTLS(ln, "", "")
-	if errors.Is(err, http.ErrServerClosed) {
-		<-done
-		return nil
-	}
-	return err
+	srv := &proxy.Server{TLS: s.TLS, Handler: s.Mux, Tunnel: s.Tunnel, WorkerCluster: s.CA.ClusterFromChains, Logger: s.Log}
+	return srv.Serve(ctx, ln)
 }
 
 // Close releases the stores.
@@ -187,6 +189,12 @@ func (s *proxyServer) Close() {
 	if s.Tokens != nil {
 		s.Tokens.Close()
 	}
+	if s.Audit != nil {
+		s.Audit.Close()
+	}
+	if s.Policy != nil {
+		s.Policy.Close()
+	}
 }
 
 func runProxy(cmd *cobra.Command, _ []string) error {
@@ -195,11 +203,20 @@ func runProxy(cmd *cobra.Command, _ []string) error {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
-	s, err := buildProxy(cmd.Context(), c, log)
+	v, err := loadConfig(cmd)
+	if err != nil {
+		return err
+	}
+	popts, err := policyOptions(v, log)
+	if err != nil {
+		return err
+	}
+	s, err := buildProxy(cmd.Context(), c, popts, log)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
+	go func() { _ = s.Policy.Run(cmd.Context()) }()
 	ln, err := net.Listen("tcp", c.Listen)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
@@ -214,12 +231,13 @@ func runProxy(cmd *cobra.Command, _ []string) error {
 type configuredClusters struct {
 	engine *policy.Engine
 	names  []string
+	labels map[string]map[string]string
 }
 
 func (c configuredClusters) Clusters(ctx context.Context, p identity.Principal) ([]string, error) {
 	cands := make([]policy.Cluster, 0, len(c.names))
 	for _, n := range c.names {
-		cands = append(cands, policy.Cluster{Name: n})
+		cands = append(cands, policy.Cluster{Name: n, Labels: c.labels[n]})
 	}
 	return c.engine.Clusters(ctx, p, cands)
 }

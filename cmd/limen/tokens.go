@@ -43,7 +43,7 @@ func newTokensCmd() *cobra.Command {
 				return err
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), resp.Token)
-			fmt.Fprintf(cmd.ErrOrStderr(), "Token %s for cluster %s, single use, expires %s.\nStart the worker with: limen worker --proxy %s --cluster %s --join-token TOKEN --data-dir DIR\n",
+			fmt.Fprintf(cmd.ErrOrStderr(), "Token %s for cluster %s, single use, expires %s.\nStart the worker with: limen worker --proxy %s --kube-cluster %s --join-token TOKEN --data-dir DIR\n",
 				resp.Info.ID, resp.Info.Cluster, resp.Info.Expires.Local().Format(time.RFC1123), c.Proxy, resp.Info.Cluster)
 			return nil
 		},

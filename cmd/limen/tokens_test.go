@@ -24,7 +24,7 @@ func TestTokensAndWorkerEnrollment(t *testing.T) {
 		t.Fatalf("token %q does not carry the CA fingerprint %s", token, h.fp)
 	}
 	worker := func(dir, cluster, tok string) []string {
-		args := []string{"worker", "--proxy", h.proxy, "--cluster", cluster, "--data-dir", dir}
+		args := []string{"worker", "--enroll-only", "--proxy", h.proxy, "--kube-cluster", cluster, "--data-dir", dir}
 		if tok != "" {
 			args = append(args, "--join-token", tok)
 		}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"log/slog"
 	"fmt"
 	"time"
 
@@ -21,20 +22,30 @@ type workerConfig struct {
 func newWorkerCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "worker",
-		Short: "Run a Limen worker for one cluster (for now: enrollment only)",
+		Short: "Run a Limen worker next to one cluster: it serves that cluster's API through the proxy's tunnel",
 		Long: `Run a Limen worker. On first start it exchanges --join-token (from
 limen tokens create) for a worker certificate bound to --cluster, pinning the
 proxy CA fingerprint the token carries, and stores the certificate, key, CA
 and the proxy's grant-verification key in --data-dir/worker. Later starts use
-the stored identity and need no token.`,
+the stored identity and need no token.
+
+It then dials the proxy, keeps the tunnel up, and serves every request the
+proxy sends: it verifies the grant, re-checks the groups against its own
+policy, strips client identity headers, impersonates, forwards to
+--kube-api-server with the ServiceAccount token in --kube-token-file, and
+sends the audit event ahead of each response. The --kube-* flags default to
+the in-cluster values.`,
 		Args: cobra.NoArgs,
 		RunE: runWorker,
 	}
 	f := cmd.Flags()
 	f.String("proxy", "", "proxy HOST:PORT (required)")
-	f.String("cluster", "", "the cluster this worker serves; must match the token (required)")
+	f.String("kube-cluster", "", "the cluster this worker serves; must match the token (required)")
 	f.String("join-token", "", "one-time join token, needed only until the worker is enrolled")
 	f.String("data-dir", "", "directory for the worker's identity (required)")
+	f.Bool("enroll-only", false, "enroll (if needed) and exit without serving")
+	addWorkerKubeFlags(f)
+	addPolicyFlags(f)
 	return cmd
 }
 
@@ -43,7 +54,7 @@ func loadWorkerConfig(cmd *cobra.Command) (workerConfig, error) {
 	if err != nil {
 		return workerConfig{}, err
 	}
-	c := workerConfig{Proxy: v.GetString("proxy"), Cluster: v.GetString("cluster"),
+	c := workerConfig{Proxy: v.GetString("proxy"), Cluster: v.GetString("kube-cluster"),
 		JoinToken: v.GetString("join-token"), DataDir: v.GetString("data-dir")}
 	switch {
 	case c.DataDir == "":
@@ -51,7 +62,7 @@ func loadWorkerConfig(cmd *cobra.Command) (workerConfig, error) {
 	case c.Proxy == "":
 		return c, errors.New("proxy: required; set --proxy HOST:PORT or LIMEN_PROXY")
 	case c.Cluster == "":
-		return c, errors.New("cluster: required; set --cluster NAME or LIMEN_CLUSTER")
+		return c, errors.New("kube-cluster: required; set --kube-cluster NAME or LIMEN_KUBE_CLUSTER")
 	}
 	return c, nil
 }
@@ -86,5 +97,18 @@ func runWorker(cmd *cobra.Command, _ []string) error {
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "Worker for cluster %s enrolled with %s; certificate valid until %s.\n",
 		w.Cluster, w.Proxy, w.NotAfter().Local().Format(time.RFC1123))
-	return nil
+	v, err := loadConfig(cmd)
+	if err != nil || v.GetBool("enroll-only") {
+		return err
+	}
+	kc, err := loadWorkerKubeConfig(v)
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+	err = runWorkerGateway(cmd.Context(), v, kc, w, c.DataDir, log)
+	if cmd.Context().Err() != nil {
+		return nil // stopped by a signal
+	}
+	return err
 }

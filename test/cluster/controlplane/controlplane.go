@@ -226,7 +226,6 @@ func (c *Cluster) startControllers(p *pki) error {
 				"--use-service-account-credentials",
 				"--cluster-signing-cert-file", p.path("ca.crt"),
 				"--cluster-signing-key-file", p.path("ca.key"),
-				"--controllers", "*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller,-node-route-controller",
 			)
 		}
 		proc, err := startProcess(c.Dir, name, c.Binaries.Path(name), args...)
