@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -47,9 +48,13 @@ func testKeys(t testing.TB) (private, public []byte) {
 // defaultRego returns the embedded policy files, path → source.
 func defaultRego(t testing.TB) map[string]string {
 	t.Helper()
+	names, err := fs.Glob(policies.FS(), "*.rego")
+	if err != nil || len(names) == 0 {
+		t.Fatalf("embedded policy: %v (%d files)", err, len(names))
+	}
 	out := map[string]string{}
-	for _, name := range []string{"roles.rego", "kube.rego", "admin.rego", "validate.rego"} {
-		b, err := policies.FS().(interface{ ReadFile(string) ([]byte, error) }).ReadFile(name)
+	for _, name := range names {
+		b, err := fs.ReadFile(policies.FS(), name)
 		if err != nil {
 			t.Fatal(err)
 		}
