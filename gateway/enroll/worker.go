@@ -117,7 +117,7 @@ func Enroll(ctx context.Context, o Options) (*WorkerIdentity, error) {
 	if timeout == 0 {
 		timeout = 30 * time.Second
 	}
-	client := &http.Client{Timeout: timeout, Transport: &http.Transport{TLSClientConfig: auth.PinnedTLSConfig(host, tok.CAFingerprint)}}
+	client := &http.Client{Timeout: timeout, Transport: &http.Transport{TLSClientConfig: auth.PinnedTLSConfig(host, tok.CAFingerprint), ForceAttemptHTTP2: true}}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "https://"+o.Proxy+Path, bytes.NewReader(body))
 	if err != nil {
 		return nil, err

@@ -138,7 +138,8 @@ func (e *Env) StartProxy(ctx context.Context) error {
 	if listen == "" {
 		listen = "127.0.0.1:0"
 	}
-	cmd := exec.Command(e.Bin, "proxy", "--listen", listen, "--data-dir", e.proxyDir(), "--clusters", ClusterName)
+	cmd := exec.Command(e.Bin, "proxy", "--listen", listen, "--data-dir", e.proxyDir(),
+		"--clusters", ClusterName, "--cluster-label", ClusterName+":env=dev")
 	lines, err := e.spawn(cmd, "proxy")
 	if err != nil {
 		return err
@@ -171,7 +172,8 @@ func (e *Env) StartProxy(ctx context.Context) error {
 // proxy lists it as connected. token is needed only on first start.
 func (e *Env) StartWorker(ctx context.Context, token string) error {
 	args := []string{"worker", "--proxy", e.ProxyAddr, "--kube-cluster", ClusterName, "--data-dir", e.workerDir(),
-		"--kube-api-server", e.Cluster.Server, "--kube-ca-file", e.Cluster.CAFile, "--kube-token-file", e.TokenFile}
+		"--kube-api-server", e.Cluster.Server, "--kube-ca-file", e.Cluster.CAFile, "--kube-token-file", e.TokenFile,
+		"--kube-cluster-label", "env=dev"}
 	if token != "" {
 		args = append(args, "--join-token", token)
 	}
@@ -190,7 +192,7 @@ func (e *Env) WaitWorker(ctx context.Context, connected bool) error {
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		out, err := e.Limen(ctx, "admin", "", "kube", "ls")
-		if err == nil && strings.Contains(out, ClusterName) && strings.Contains(out, "yes") == connected {
+		if err == nil && strings.Contains(out, ClusterName) && !strings.Contains(out, "not connected") == connected {
 			e.step("worker for cluster %s connected=%v", ClusterName, connected)
 			return nil
 		}

@@ -1,0 +1,76 @@
+// Package e2e drives the real kubectl through a real limen proxy and worker
+// against the real control plane of test/cluster.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/limenhq/limen/test/cluster/clustertest"
+	"github.com/limenhq/limen/test/gatewaytest"
+)
+
+func TestMain(m *testing.M) { clustertest.Main(m) }
+
+var shared struct {
+	once sync.Once
+	env  *gatewaytest.Env
+	err  error
+}
+
+// gateway returns the shared proxy and worker, starting them on first use.
+func gateway(t *testing.T) *gatewaytest.Env {
+	t.Helper()
+	c := clustertest.Cluster(t)
+	shared.once.Do(func() {
+		dir, err := os.MkdirTemp("", "limen-e2e-")
+		if err != nil {
+			shared.err = err
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		shared.env, shared.err = gatewaytest.Start(ctx, c, dir, os.Stderr)
+	})
+	if shared.err != nil {
+		t.Fatalf("start limen: %v", shared.err)
+	}
+	return shared.env
+}
+
+// userKubeconfig logs user in (once per test) and returns their kubeconfig.
+func userKubeconfig(t *testing.T, user string) string {
+	t.Helper()
+	e := gateway(t)
+	kc, err := e.Login(context.Background(), user)
+	if err != nil {
+		t.Fatalf("login %s: %v", user, err)
+	}
+	return kc
+}
+
+// kubectl runs kubectl with a kubeconfig and returns stdout, stderr and the
+// exit code.
+func kubectl(t *testing.T, kubeconfig, stdin string, args ...string) (string, string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, clustertest.Kubectl(t, ""), append([]string{"--kubeconfig", kubeconfig}, args...)...)
+	cmd.Stdin = strings.NewReader(stdin)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("kubectl %v: %v", args, err)
+	}
+	return out.String(), errb.String(), code
+}
