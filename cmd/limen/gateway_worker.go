@@ -86,17 +86,39 @@ func runWorkerGateway(ctx context.Context, v *viper.Viper, kc workerKubeConfig, 
 		Upstream: upstream, Transport: rt, Token: tokens.Token,
 		Logger: log.With("component", "worker"), Now: time.Now,
 	}
+	hooks := &proxyHooks{log: log, handlers: map[string]func(context.Context, tunnel.Message){}}
 	client := &tunnel.Client{
 		Addr: id.Proxy, TLSConfig: id.TLSConfig(),
-		Hello:   tunnel.Hello{Cluster: id.Cluster, WorkerID: workerID(dataDir), Version: buildinfo.Version},
-		Handler: h.ServeStream,
-		Logger:  log.With("component", "tunnel"),
+		Hello:     tunnel.Hello{Cluster: id.Cluster, WorkerID: workerID(dataDir), Version: buildinfo.Version},
+		Handler:   h.ServeStream,
+		Logger:    log.With("component", "tunnel"),
+		OnMessage: hooks.onMessage,
 		OnConnect: func(context.Context, tunnel.HelloAck) {
 			log.Info("connected to proxy", "proxy", id.Proxy, "cluster", id.Cluster)
 		},
 	}
 	log.Info("worker started", "cluster", id.Cluster, "api_server", upstream.String(), "policy", popts.Source())
 	return client.Run(ctx)
+}
+
+// proxyHooks routes the proxy's control messages to the worker features
+// that registered for them, before the tunnel starts.
+type proxyHooks struct {
+	log      *slog.Logger
+	handlers map[string]func(ctx context.Context, m tunnel.Message)
+}
+
+func (h *proxyHooks) handle(typ string, fn func(ctx context.Context, m tunnel.Message)) {
+	h.handlers[typ] = fn
+}
+
+func (h *proxyHooks) onMessage(ctx context.Context, m tunnel.Message) {
+	fn, ok := h.handlers[m.Type]
+	if !ok {
+		h.log.Warn("unknown control message from proxy", "type", m.Type)
+		return
+	}
+	fn(ctx, m)
 }
 
 // workerID is stable across restarts of the same worker: its host name and

@@ -129,6 +129,9 @@ type proxyServer struct {
 	Tunnel *tunnel.Server
 	Audit  *audit.Store
 	Mux    *http.ServeMux
+	// Hooks route control messages from workers and run on each worker
+	// connect; features register into it while the proxy is built.
+	Hooks *workerHooks
 	TLS    *tls.Config
 	Log    *slog.Logger
 }
@@ -149,7 +152,9 @@ func buildProxy(ctx context.Context, c proxyConfig, popts policy.Options, log *s
 		return nil, fmt.Errorf("policy: %w", err)
 	}
 	s := &proxyServer{CA: ca, Policy: pol, Mux: http.NewServeMux(), TLS: ca.ServerTLSConfig(), Log: log,
-		Tunnel: &tunnel.Server{Logger: log.With("component", "tunnel")}}
+		Hooks: newWorkerHooks(log)}
+	s.Tunnel = &tunnel.Server{Logger: log.With("component", "tunnel"),
+		OnMessage: s.Hooks.onMessage, OnConnect: s.Hooks.onConnect}
 	if s.Audit, err = audit.Open(ctx, audit.Path(c.DataDir), audit.Options{Logger: log}); err != nil {
 		return nil, fmt.Errorf("audit store: %w", err)
 	}
