@@ -325,6 +325,21 @@ func (e *Env) stop(p **exec.Cmd) {
 	}
 }
 
+// ProxyPID returns the process id of the running proxy, or 0.
+func (e *Env) ProxyPID() int { return e.pid(&e.proxy) }
+
+// WorkerPID returns the process id of the running worker, or 0.
+func (e *Env) WorkerPID() int { return e.pid(&e.worker) }
+
+func (e *Env) pid(p **exec.Cmd) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if *p == nil || (*p).Process == nil {
+		return 0
+	}
+	return (*p).Process.Pid
+}
+
 // Stop ends the proxy and the worker.
 func (e *Env) Stop() {
 	e.StopWorker()

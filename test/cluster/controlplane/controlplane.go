@@ -301,6 +301,17 @@ func (c *Cluster) Stop() {
 	}
 }
 
+// PID returns the process id of a running component ("kube-apiserver",
+// "etcd", …), or 0; benchmarks read its CPU and memory from /proc.
+func (c *Cluster) PID(name string) int {
+	for _, p := range c.procs {
+		if p.name == name && p.cmd.Process != nil {
+			return p.cmd.Process.Pid
+		}
+	}
+	return 0
+}
+
 // Failed returns an error when a component has exited while it should run.
 func (c *Cluster) Failed() error {
 	for _, p := range c.procs {
