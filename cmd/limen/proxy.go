@@ -129,6 +129,7 @@ type proxyServer struct {
 	Tunnel *tunnel.Server
 	Audit  *audit.Store
 	Mux    *http.ServeMux
+	Kube   *proxy.Kube
 	// Hooks route control messages from workers and run on each worker
 	// connect; features register into it while the proxy is built.
 	Hooks *workerHooks
@@ -175,14 +176,14 @@ func buildProxy(ctx context.Context, c proxyConfig, popts policy.Options, log *s
 		return nil, err
 	}
 	s.Mux.Handle("/v1/", api)
-	s.Mux.Handle("/k8s/", newKube(s, c.ClusterLabels))
+	s.Kube = newKube(s, c.ClusterLabels)
 	return s, nil
 }
 
 // Serve runs the one TLS port — worker tunnels, HTTP/2 and HTTP/1.1, told
 // apart by ALPN — until ctx ends.
 func (s *proxyServer) Serve(ctx context.Context, ln net.Listener) error {
-	srv := &proxy.Server{TLS: s.TLS, Handler: s.Mux, Tunnel: s.Tunnel, WorkerCluster: s.CA.ClusterFromChains, Logger: s.Log}
+	srv := &proxy.Server{TLS: s.TLS, Kube: s.Kube, Handler: s.Mux, Tunnel: s.Tunnel, WorkerCluster: s.CA.ClusterFromChains, Logger: s.Log}
 	return srv.Serve(ctx, ln)
 }
 

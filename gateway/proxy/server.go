@@ -23,7 +23,11 @@ type Server struct {
 	// TLS carries the serving certificate and the client CAs; Server adds the
 	// tunnel's ALPN.
 	TLS *tls.Config
-	// Handler serves every HTTP route.
+	// Kube serves /k8s/. It is routed on the raw request target, before
+	// Handler: a ServeMux would clean a non-canonical path (and redirect)
+	// where Limen must refuse it.
+	Kube http.Handler
+	// Handler serves every other HTTP route.
 	Handler http.Handler
 	// Tunnel receives worker connections.
 	Tunnel *tunnel.Server
@@ -93,9 +97,14 @@ func (s *Server) dispatch(ctx context.Context, conn *tls.Conn, httpConns *connLi
 	}
 }
 
-// guard limits connections that negotiated no ALPN to /k8s/ and /console/.
+// guard routes /k8s/ on the raw target and limits connections that
+// negotiated no ALPN to /k8s/ and /console/.
 func (s *Server) guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.RequestURI, "/k8s/") {
+			s.Kube.ServeHTTP(w, r)
+			return
+		}
 		if r.TLS != nil && r.TLS.NegotiatedProtocol == "" &&
 			!strings.HasPrefix(r.URL.Path, "/k8s/") && !strings.HasPrefix(r.URL.Path, "/console/") {
 			writeStatus(w, http.StatusNotFound, "this route needs ALPN h2 or http/1.1")

@@ -5,12 +5,16 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"k8s.io/client-go/rest"
 
 	"github.com/limenhq/limen/test/cluster/clustertest"
 	"github.com/limenhq/limen/test/gatewaytest"
@@ -73,4 +77,17 @@ func kubectl(t *testing.T, kubeconfig, stdin string, args ...string) (string, st
 		t.Fatalf("kubectl %v: %v", args, err)
 	}
 	return out.String(), errb.String(), code
+}
+
+// restTLS is the TLS configuration client-go would use for cfg, exec
+// plugin credentials included.
+func restTLS(cfg *rest.Config) (*tls.Config, error) {
+	tc, err := rest.TLSConfigFor(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if tc.GetClientCertificate != nil || len(tc.Certificates) > 0 {
+		return tc, nil
+	}
+	return nil, fmt.Errorf("kubeconfig yields no client certificate")
 }
