@@ -1,0 +1,172 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Kubectl runs the real kubectl with one kubeconfig; Env (KEY=VALUE) picks
+// the transport, for example KUBECTL_REMOTE_COMMAND_WEBSOCKETS=false for
+// SPDY exec.
+type Kubectl struct {
+	Path       string
+	Kubeconfig string
+	Env        []string
+}
+
+func (k Kubectl) command(ctx context.Context, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, k.Path, append([]string{"--kubeconfig", k.Kubeconfig}, args...)...)
+	cmd.Env = append(os.Environ(), k.Env...)
+	cmd.WaitDelay = 5 * time.Second
+	return cmd
+}
+
+// ExecThroughput runs `head -c size /dev/zero` in the pod through kubectl
+// exec and returns the rate of its output in MiB/s, timed from the first
+// byte to the last so kubectl's start and the exec handshake are left out.
+func ExecThroughput(ctx context.Context, k Kubectl, namespace, pod string, size int64) (float64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	cmd := k.command(ctx, "-n", namespace, "exec", pod, "--", "head", "-c", strconv.FormatInt(size, 10), "/dev/zero")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return 0, err
+	}
+	if err := cmd.Start(); err != nil {
+		return 0, err
+	}
+	rate, readErr := timedRead(out, size)
+	if err := cmd.Wait(); err != nil {
+		return 0, fmt.Errorf("kubectl exec: %w: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	return rate, readErr
+}
+
+// timedRead reads want bytes from r and returns MiB/s from the end of the
+// first read to the end of the last, over the bytes after the first read.
+func timedRead(r io.Reader, want int64) (float64, error) {
+	buf := make([]byte, 1<<20)
+	var got, first int64
+	var start time.Time
+	for got < want {
+		n, err := r.Read(buf[:min(int64(len(buf)), want-got)])
+		if got == 0 && n > 0 {
+			start, first = time.Now(), int64(n)
+		}
+		got += int64(n)
+		if err != nil {
+			if errors.Is(err, io.EOF) && got == want {
+				break
+			}
+			return 0, fmt.Errorf("read %d of %d bytes: %w", got, want, err)
+		}
+	}
+	elapsed := time.Since(start)
+	if got-first <= 0 || elapsed <= 0 {
+		return 0, fmt.Errorf("read %d bytes in one read: too few to time", got)
+	}
+	return float64(got-first) / (1 << 20) / elapsed.Seconds(), nil
+}
+
+var forwarding = regexp.MustCompile(`^Forwarding from 127\.0\.0\.1:(\d+) ->`)
+
+// PortForwardThroughput starts kubectl port-forward to port of the pod,
+// reads size bytes from a server there that writes zeros (ServeZero), and
+// returns MiB/s from the first byte to the last.
+func PortForwardThroughput(ctx context.Context, k Kubectl, namespace, pod string, port int, size int64) (float64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	cmd := k.command(ctx, "-n", namespace, "port-forward", "pod/"+pod, ":"+strconv.Itoa(port))
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return 0, err
+	}
+	if err := cmd.Start(); err != nil {
+		return 0, err
+	}
+	defer func() {
+		cancel()
+		_ = cmd.Wait()
+	}()
+	local := ""
+	sc := bufio.NewScanner(out)
+	for local == "" && sc.Scan() {
+		if m := forwarding.FindStringSubmatch(sc.Text()); m != nil {
+			local = "127.0.0.1:" + m[1]
+		}
+	}
+	if local == "" {
+		return 0, fmt.Errorf("kubectl port-forward printed no local port: %s", strings.TrimSpace(stderr.String()))
+	}
+	go func() { _, _ = io.Copy(io.Discard, out) }() // keep kubectl's stdout drained
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", local)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
+	return timedRead(conn, size)
+}
+
+// ServeZero accepts connections on addr and writes zeros to each until the
+// peer goes away, until ctx ends. It is the pod behind the port-forward
+// figures.
+func ServeZero(ctx context.Context, addr string) error {
+	var lc net.ListenConfig
+	l, err := lc.Listen(ctx, "tcp", addr)
+	if err != nil {
+		return err
+	}
+	stop := context.AfterFunc(ctx, func() { l.Close() })
+	defer stop()
+	zeros := make([]byte, 256<<10)
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		go func() {
+			defer c.Close()
+			unwatch := context.AfterFunc(ctx, func() { c.Close() })
+			defer unwatch()
+			for {
+				if _, err := c.Write(zeros); err != nil {
+					return
+				}
+			}
+		}()
+	}
+}
+
+// Median returns the median of rates (the mean of the two middle values for
+// an even count), or 0 for none.
+func Median(rates []float64) float64 {
+	if len(rates) == 0 {
+		return 0
+	}
+	s := slices.Sorted(slices.Values(rates))
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
