@@ -1,0 +1,228 @@
+package e2e
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/limenhq/limen/gateway/audit"
+	"github.com/limenhq/limen/gateway/identity"
+	"github.com/limenhq/limen/gateway/policy"
+	"github.com/limenhq/limen/gateway/proxy"
+	"github.com/limenhq/limen/gateway/tunnel"
+	"github.com/limenhq/limen/gateway/worker"
+	"github.com/limenhq/limen/test/cluster/clustertest"
+)
+
+// hops is the proxy and worker request path in one process, joined by a
+// pipe instead of the tunnel, in front of the real API server with the
+// worker's real ServiceAccount token. It lets a test change one thing at one
+// hop — a key, a clock, a policy, the audit store — that the real binaries
+// do not let a client reach.
+type hops struct {
+	store   *audit.Store
+	kube    *proxy.Kube
+	worker  *worker.Handler
+	opener  *pipeOpener
+	baseURL string
+}
+
+type pipeOpener struct {
+	worker func() *worker.Handler
+	none   bool
+}
+
+func (o *pipeOpener) Open(ctx context.Context, cluster string) (net.Conn, error) {
+	if o.none {
+		return nil, fmt.Errorf("%w %q", tunnel.ErrNoWorker, cluster)
+	}
+	client, server := net.Pipe()
+	go o.worker().ServeStream(context.Background(), server)
+	return client, nil
+}
+
+func newHops(t *testing.T) *hops {
+	t.Helper()
+	c := clustertest.Cluster(t)
+	e := gateway(t)
+	ctx := context.Background()
+	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
+	pol, err := policy.New(ctx, policy.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pol.Close() })
+	store, err := audit.Open(ctx, filepath.Join(t.TempDir(), audit.FileName), audit.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	upstream, rt, err := worker.Upstream(c.Server, c.CAFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	demo := policy.Cluster{Name: "demo", Labels: map[string]string{"env": "dev"}}
+	h := &hops{store: store}
+	h.worker = &worker.Handler{
+		Cluster: demo, GrantKey: pub, Policy: pol, Upstream: upstream, Transport: rt,
+		Token: (&worker.TokenFile{Path: e.TokenFile}).Token, Logger: slog.New(slog.DiscardHandler), Now: time.Now,
+	}
+	h.opener = &pipeOpener{worker: func() *worker.Handler { return h.worker }}
+	h.kube = &proxy.Kube{
+		Authenticate: func(*http.Request) (identity.Principal, time.Time, error) {
+			return identity.Principal{Kind: identity.KindUser, Name: "alice", Traits: map[string][]string{"groups": {"dev"}}},
+				time.Now().Add(time.Hour), nil
+		},
+		Policy: pol, Tunnel: h.opener, Audit: store, GrantKey: priv,
+		Clusters: func(string) policy.Cluster { return demo },
+		Logger:   slog.New(slog.DiscardHandler), Now: time.Now,
+	}
+	srv := httptest.NewServer(h.kube)
+	t.Cleanup(srv.Close)
+	h.baseURL = srv.URL
+	return h
+}
+
+func (h *hops) get(t *testing.T, path string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(h.baseURL + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// lastEvent returns the newest audit event of a type.
+func (h *hops) lastEvent(t *testing.T, typ audit.Type) audit.Event {
+	t.Helper()
+	evs, err := h.store.Search(context.Background(), audit.Query{Type: typ, Limit: 1})
+	if err != nil || len(evs) == 0 {
+		t.Fatalf("no %s event (err %v)", typ, err)
+	}
+	return evs[len(evs)-1]
+}
+
+const listPath = "/k8s/demo/api/v1/namespaces/default/configmaps"
+
+func TestHopsForwardAndAudit(t *testing.T) {
+	h := newHops(t)
+	if code, body := h.get(t, listPath); code != http.StatusOK || !strings.Contains(body, `"kind":"ConfigMapList"`) {
+		t.Fatalf("list: %d %s", code, body)
+	}
+	ev := h.lastEvent(t, audit.TypeKubeRequest)
+	k := ev.Kube
+	if ev.Principal.Name != "alice" || k.Verb != "list" || k.Resource != "configmaps" || k.Namespace != "default" ||
+		k.Status != 200 || k.Path != "/api/v1/namespaces/default/configmaps" || ev.SessionID == "" {
+		t.Fatalf("audit event = %+v %+v", ev, k)
+	}
+}
+
+func TestHopsRefuseBadGrants(t *testing.T) {
+	tests := []struct {
+		name   string
+		change func(h *hops)
+		code   int
+		reason string
+	}{
+		{"forged", func(h *hops) {
+			_, other, _ := ed25519.GenerateKey(rand.Reader)
+			h.kube.GrantKey = other
+		}, http.StatusForbidden, "signature invalid"},
+		{"expired", func(h *hops) {
+			h.kube.Now = func() time.Time { return time.Now().Add(-time.Hour) }
+		}, http.StatusForbidden, "expired"},
+		{"other cluster", func(h *hops) { h.worker.Cluster.Name = "prod" }, http.StatusServiceUnavailable, "another cluster"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHops(t)
+			tt.change(h)
+			code, body := h.get(t, listPath)
+			if code != tt.code || strings.Contains(body, "ConfigMapList") {
+				t.Fatalf("status %d (%s), want %d", code, body, tt.code)
+			}
+			ev := h.lastEvent(t, audit.TypeAuthDenied)
+			if ev.Denied.Hop != audit.HopWorker || !strings.Contains(ev.Denied.Reason, tt.reason) {
+				t.Fatalf("auth.denied = %+v, want hop worker and reason with %q", ev.Denied, tt.reason)
+			}
+		})
+	}
+}
+
+// dropGroups stands in for a worker whose own policy snapshot changed: it
+// allows only the listed groups. The real engine's AllowGroups is tested in
+// gateway/policy; what is tested here is what the worker does with less.
+type dropGroups struct{ keep []string }
+
+func (d dropGroups) AllowGroups(_ context.Context, _ identity.Principal, _ policy.Cluster, groups []string) ([]string, string, error) {
+	var out []string
+	for _, g := range groups {
+		if slices.Contains(d.keep, g) {
+			out = append(out, g)
+		}
+	}
+	return out, "changed-on-worker", nil
+}
+
+func TestHopsWorkerPolicyDropsGroups(t *testing.T) {
+	h := newHops(t)
+	h.worker.Policy = dropGroups{keep: []string{"limen:view"}}
+	resp, err := http.Post(h.baseURL+"/k8s/demo/apis/authentication.k8s.io/v1/selfsubjectreviews", "application/json",
+		strings.NewReader(`{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var review struct {
+		Status struct{ UserInfo userInfo } `json:"status"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&review)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := review.Status.UserInfo.Groups; !slices.Contains(g, "limen:view") || slices.Contains(g, "limen:edit") {
+		t.Fatalf("groups at the API server %v, want limen:view without limen:edit", g)
+	}
+	h.worker.Policy = dropGroups{}
+	if code, _ := h.get(t, listPath); code != http.StatusForbidden {
+		t.Fatalf("no group left: %d, want 403", code)
+	}
+	if ev := h.lastEvent(t, audit.TypeAuthDenied); ev.Denied.Hop != audit.HopWorker {
+		t.Fatalf("auth.denied = %+v", ev.Denied)
+	}
+}
+
+func TestHopsAuditDownDropsTheResponse(t *testing.T) {
+	h := newHops(t)
+	h.store.Close()
+	code, body := h.get(t, listPath)
+	if code != http.StatusServiceUnavailable || strings.Contains(body, "ConfigMapList") {
+		t.Fatalf("audit down: %d %s, want 503 without the response", code, body)
+	}
+}
+
+func TestHopsOperatorProblemsAre503(t *testing.T) {
+	h := newHops(t)
+	h.worker.Token = (&worker.TokenFile{Path: filepath.Join(t.TempDir(), "missing")}).Token
+	if code, body := h.get(t, listPath); code != http.StatusServiceUnavailable || !strings.Contains(body, "ServiceAccount token") {
+		t.Fatalf("unreadable token: %d %s, want 503", code, body)
+	}
+	h.opener.none = true
+	if code, body := h.get(t, listPath); code != http.StatusServiceUnavailable || !strings.Contains(body, "no Limen worker") {
+		t.Fatalf("no worker: %d %s, want 503", code, body)
+	}
+}
