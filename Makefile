@@ -8,10 +8,13 @@ LDFLAGS := -X github.com/limenhq/limen/gateway/buildinfo.Version=$(VERSION) \
            -X github.com/limenhq/limen/gateway/buildinfo.Commit=$(COMMIT)
 TEST_TIMEOUT ?= 25m
 
-.PHONY: help build test unit e2e lint cluster-build cluster-up cluster-down cluster-env opa-test bundle
+.PHONY: demo help build test unit e2e lint cluster-build cluster-up cluster-down cluster-env opa-test bundle
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+
+demo: cluster-build ## run Limen end to end: control plane, proxy, worker, users, kubectl through Limen
+	$(GO) run ./test/demo $(DEMO_FLAGS)
 
 build: ## build bin/limen
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/limen ./cmd/limen
