@@ -62,3 +62,9 @@ bundle: ## build and sign bin/limen-bundle.tar.gz from policies/ and bundles/exa
 	cd $(BIN)/bundle-src && $(OPA) build --bundle . --revision "$(BUNDLE_REVISION)" \
 	  --signing-key $(abspath $(SIGNING_KEY)) --signing-alg RS256 -o $(abspath $(BIN)/limen-bundle.tar.gz)
 	@echo "signed bundle: $(BIN)/limen-bundle.tar.gz (revision $(BUNDLE_REVISION), key $(SIGNING_KEY))"
+
+bench: ## Limen against direct API server access on the local control plane; writes bench/RESULTS.md (~10 min)
+	$(GO) run ./bench/cmd/limen-bench -label "make bench" -out bench/RESULTS.md
+
+bench-quick: ## a short bench run (< 2 min: fewer requests and watches), for regressions; writes bench/RESULTS.md
+	$(GO) run ./bench/cmd/limen-bench -quick -label "make bench-quick" -out bench/RESULTS.md

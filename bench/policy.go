@@ -20,23 +20,26 @@ type PolicyResult struct {
 	AllocsOp float64
 }
 
-// PolicyBenchCommand is the command PolicyBench runs, for the report.
-var PolicyBenchCommand = []string{"go", "test", "-run", "^$", "-bench", "BenchmarkGroups", "./gateway/policy/"}
+// PolicyBenchCommand returns the command PolicyBench runs, for the report.
+func PolicyBenchCommand() []string {
+	return []string{"go", "test", "-run", "^$", "-bench", "BenchmarkGroups", "./gateway/policy/"}
+}
 
 // PolicyBench runs the policy decision benchmark in the repository at root
 // and parses its results.
 func PolicyBench(ctx context.Context, root string) ([]PolicyResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, PolicyBenchCommand[0], PolicyBenchCommand[1:]...)
+	argv := PolicyBenchCommand()
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Dir = root
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w\n%s", strings.Join(PolicyBenchCommand, " "), err, out)
+		return nil, fmt.Errorf("%s: %w\n%s", strings.Join(argv, " "), err, out)
 	}
 	res := ParseBenchOutput(out)
 	if len(res) == 0 {
-		return nil, fmt.Errorf("%s printed no benchmark lines:\n%s", strings.Join(PolicyBenchCommand, " "), out)
+		return nil, fmt.Errorf("%s printed no benchmark lines:\n%s", strings.Join(argv, " "), out)
 	}
 	return res, nil
 }

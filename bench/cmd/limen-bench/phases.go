@@ -1,0 +1,167 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/limenhq/limen/bench"
+)
+
+// measure runs every phase in turn and fills in r.
+func measure(ctx context.Context, c config, s *setup, r *bench.Results) error {
+	for _, t := range []target{s.direct, s.limen} {
+		if _, err := bench.Load(ctx, t.client, t.base+getPath, 4, 100); err != nil {
+			return fmt.Errorf("warm-up %s: %w", t.name, err)
+		}
+	}
+	time.Sleep(2 * time.Second) // let the warm-up garbage be collected before the idle reading
+	r.Memory.ProxyIdle, r.Memory.WorkerIdle, r.Memory.APIServerIdle = rss(s.proxy), rss(s.worker), rss(s.apiserver)
+	if err := latency(ctx, c, s, r); err != nil {
+		return err
+	}
+	watches(ctx, c, s, r)
+	streams(ctx, c, s, r)
+	return ctx.Err()
+}
+
+const (
+	getPath  = "/api/v1/namespaces/" + nsGet + "/configmaps/one"
+	listPath = "/api/v1/namespaces/" + nsList + "/configmaps"
+)
+
+// latency runs each (operation, concurrency) cell direct and then through
+// Limen, reading the CPU the processes spent on each, and the peak memory.
+func latency(ctx context.Context, c config, s *setup, r *bench.Results) error {
+	peak := bench.SamplePeakRSS(ctx, 100*time.Millisecond, s.proxy, s.worker, s.apiserver)
+	defer func() {
+		p := peak.Stop()
+		r.Memory.ProxyLoad, r.Memory.WorkerLoad, r.Memory.APIServerLoad = p[s.proxy], p[s.worker], p[s.apiserver]
+	}()
+	for _, op := range []struct{ name, path string }{
+		{"GET one ConfigMap", getPath},
+		{fmt.Sprintf("LIST %d ConfigMaps", listSize), listPath},
+	} {
+		use := bench.CPUUse{Op: op.name}
+		for _, conc := range []int{1, 16, 64} {
+			pair := bench.CellPair{Op: op.name, Concurrency: conc}
+			for _, t := range []target{s.direct, s.limen} {
+				before := cpu(s)
+				cell, err := bench.Load(ctx, t.client, t.base+op.path, conc, c.requests)
+				if err != nil {
+					return fmt.Errorf("%s %s c=%d: %w", t.name, op.name, conc, err)
+				}
+				d := cpu(s).minus(before)
+				if t.name == "direct" {
+					pair.Direct, use.DirectRequests, use.APIServerDirect = cell, use.DirectRequests+cell.Hist.Len(), use.APIServerDirect+d.apiserver
+				} else {
+					pair.Limen, use.LimenRequests, use.APIServerLimen = cell, use.LimenRequests+cell.Hist.Len(), use.APIServerLimen+d.apiserver
+					use.Proxy, use.Worker = use.Proxy+d.proxy, use.Worker+d.worker
+				}
+				progress(os.Stderr, "%-6s %s c=%-2d: p50 %v p99 %v, %.0f req/s, %d failed%s", t.name, op.name, conc,
+					cell.Hist.Percentile(50).Round(time.Microsecond), cell.Hist.Percentile(99).Round(time.Microsecond),
+					cell.Throughput(), cell.Errors, firstErr(cell.FirstErr))
+			}
+			r.Cells = append(r.Cells, pair)
+		}
+		r.CPU = append(r.CPU, use)
+	}
+	return nil
+}
+
+func firstErr(err error) string {
+	if err == nil {
+		return ""
+	}
+	return " (first: " + err.Error() + ")"
+}
+
+// cpuTimes is the CPU time used so far by the measured processes.
+type cpuTimes struct{ apiserver, proxy, worker time.Duration }
+
+func cpu(s *setup) cpuTimes {
+	read := func(pid int) time.Duration {
+		d, _ := bench.CPUTime(pid)
+		return d
+	}
+	return cpuTimes{read(s.apiserver), read(s.proxy), read(s.worker)}
+}
+
+func (a cpuTimes) minus(b cpuTimes) cpuTimes {
+	return cpuTimes{a.apiserver - b.apiserver, a.proxy - b.proxy, a.worker - b.worker}
+}
+
+func rss(pid int) int64 {
+	v, _ := bench.RSS(pid)
+	return v
+}
+
+// watches opens c.watches idle watches direct, then through Limen, and
+// reads the memory they add to each process.
+func watches(ctx context.Context, c config, s *setup, r *bench.Results) {
+	r.Watch.N = c.watches
+	url := "/api/v1/namespaces/" + nsWatch + "/configmaps?watch=1&timeoutSeconds=1800"
+	for _, t := range []target{s.direct, s.limen} {
+		time.Sleep(2 * time.Second)
+		a0, p0, w0 := rss(s.apiserver), rss(s.proxy), rss(s.worker)
+		ws, err := bench.OpenWatches(ctx, t.client, t.base+url, c.watches)
+		if err != nil {
+			r.Watch.Err = fmt.Sprintf("%s: %v", t.name, err)
+			progress(os.Stderr, "watches: %s", r.Watch.Err)
+			return
+		}
+		time.Sleep(3 * time.Second) // the watches are idle: let the processes settle
+		a1, p1, w1 := rss(s.apiserver), rss(s.proxy), rss(s.worker)
+		ws.Close()
+		if t.name == "direct" {
+			r.Watch.APIServerDirect = a1 - a0
+		} else {
+			r.Watch.APIServerLimen, r.Watch.Proxy, r.Watch.Worker = a1-a0, p1-p0, w1-w0
+		}
+		progress(os.Stderr, "%-6s %d idle watches: API server %+d KiB, proxy %+d KiB, worker %+d KiB",
+			t.name, c.watches, (a1-a0)>>10, (p1-p0)>>10, (w1-w0)>>10)
+	}
+}
+
+// streams measures exec output and port-forward throughput with the real
+// kubectl over each transport it speaks.
+func streams(ctx context.Context, c config, s *setup, r *bench.Results) {
+	for _, kind := range []struct {
+		name string
+		env  []string
+		pf   bool
+	}{
+		{"exec output, WebSocket", []string{"KUBECTL_REMOTE_COMMAND_WEBSOCKETS=true"}, false},
+		{"exec output, SPDY", []string{"KUBECTL_REMOTE_COMMAND_WEBSOCKETS=false"}, false},
+		{"port-forward, WebSocket (SPDY in WebSocket)", []string{"KUBECTL_PORT_FORWARD_WEBSOCKETS=true"}, true},
+		{"port-forward, SPDY", []string{"KUBECTL_PORT_FORWARD_WEBSOCKETS=false"}, true},
+	} {
+		pair := bench.StreamPair{Name: kind.name}
+		for _, t := range []target{s.direct, s.limen} {
+			k := bench.Kubectl{Path: c.kubectl, Kubeconfig: t.kubeconfig, Env: kind.env}
+			var rates []float64
+			for range c.streamRuns {
+				var rate float64
+				var err error
+				if kind.pf {
+					rate, err = bench.PortForwardThroughput(ctx, k, nsPods, serverPod, s.zeroPort, c.streamSize)
+				} else {
+					rate, err = bench.ExecThroughput(ctx, k, nsPods, execPod, c.streamSize)
+				}
+				if err != nil {
+					pair.Err = fmt.Sprintf("%s: %v", t.name, err)
+					break
+				}
+				rates = append(rates, rate)
+			}
+			if t.name == "direct" {
+				pair.Direct = bench.Median(rates)
+			} else {
+				pair.Limen = bench.Median(rates)
+			}
+			progress(os.Stderr, "%-6s %s: %.1f MiB/s %s", t.name, kind.name, bench.Median(rates), pair.Err)
+		}
+		r.Streams = append(r.Streams, pair)
+	}
+}

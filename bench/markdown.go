@@ -1,0 +1,138 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"time"
+)
+
+// table is a Markdown table of figures: direct, Limen and their ratio.
+type table struct{ rows [][4]string }
+
+func (t *table) add(figure, direct, limen, ratio string) {
+	t.rows = append(t.rows, [4]string{figure, direct, limen, ratio})
+}
+
+// pair adds a row whose ratio is limen/direct.
+func (t *table) pair(figure, format string, direct, limen float64) {
+	t.add(figure, fmt.Sprintf(format, direct), fmt.Sprintf(format, limen), times(ratio(limen, direct)))
+}
+
+func (t *table) write(w io.Writer) {
+	fmt.Fprintln(w, "| Figure | Direct | Limen | Ratio |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|")
+	for _, r := range t.rows {
+		fmt.Fprintf(w, "| %s | %s | %s | %s |\n", r[0], r[1], r[2], r[3])
+	}
+}
+
+func times(r float64) string {
+	if r == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.2f×", r)
+}
+
+func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
+
+// Markdown writes the report: the run, the goals, one table of figures, and
+// the notes.
+func (r *Results) Markdown(w io.Writer) {
+	fmt.Fprintf(w, "# Limen benchmark results\n\n")
+	fmt.Fprintf(w, "Written by `limen-bench` (bench/cmd/limen-bench); regenerate with `make bench` (full) or `make bench-quick`. Do not edit by hand.\n\n")
+	fmt.Fprintf(w, "* **Run**: %s (%s mode), %s\n", r.Started.UTC().Format(time.RFC3339), r.Mode, r.Duration.Round(time.Second))
+	fmt.Fprintf(w, "* **Command**: `%s`\n", r.Command)
+	fmt.Fprintf(w, "* **Commit**: `%s`\n", r.Commit)
+	fmt.Fprintf(w, "* **Machine**: %s, %d cores, %s\n", r.CPUModel, r.Cores, r.GoVersion)
+	fmt.Fprintf(w, "* **Load average** (1/5/15 min): at start %s, at end %s — the machine is shared; neighbours' load distorts the figures\n", r.LoadStart, r.LoadEnd)
+	fmt.Fprintf(w, "* **kubectl** (exec, port-forward): %s\n", r.Kubectl)
+	fmt.Fprintf(w, "* **Recording**: %s\n", r.Recording)
+	fmt.Fprintf(w, "* **Counts**: %d requests per latency cell; %d idle watches; streams of %s, median of %d runs\n\n",
+		r.Requests, r.Watch.N, mib(r.StreamSize), r.StreamRuns)
+	fmt.Fprintf(w, "**Direct** is the admin kubeconfig (client certificate, `system:masters`) straight to kube-apiserver. "+
+		"**Limen** is alice's kubeconfig (exec-plugin client certificate) to `limen proxy` → yamux tunnel → `limen worker` → "+
+		"the same kube-apiserver, impersonating alice with groups limen:edit and limen:view. Both use client-go's transport "+
+		"(`rest.HTTPClientFor`, HTTP/2) with raw GETs; latency runs from sending the request to reading the last body byte.\n\n")
+
+	fmt.Fprintf(w, "## Goals\n\n| Goal | Figure | Met |\n|---|---:|:---:|\n")
+	for _, g := range r.Goals() {
+		met := "**not met**"
+		if g.Met {
+			met = "met"
+		}
+		fmt.Fprintf(w, "| %s | %s | %s |\n", g.Text, g.Figure, met)
+	}
+	fmt.Fprintf(w, "\n## Figures\n\n")
+	var t table
+	r.latencyRows(&t)
+	r.resourceRows(&t)
+	r.streamRows(&t)
+	t.write(w)
+	if len(r.Notes) > 0 {
+		fmt.Fprintf(w, "\n## Notes\n\n")
+		for _, n := range r.Notes {
+			fmt.Fprintf(w, "* %s\n", n)
+		}
+	}
+}
+
+func (r *Results) latencyRows(t *table) {
+	for _, p := range r.Cells {
+		if p.Direct == nil || p.Limen == nil {
+			continue
+		}
+		for _, q := range []float64{50, 90, 99} {
+			t.pair(fmt.Sprintf("%s, c=%d, p%.0f latency (ms)", p.Op, p.Concurrency, q), "%.3f",
+				ms(p.Direct.Hist.Percentile(q)), ms(p.Limen.Hist.Percentile(q)))
+		}
+		t.pair(fmt.Sprintf("%s, c=%d, throughput (req/s)", p.Op, p.Concurrency), "%.0f",
+			p.Direct.Throughput(), p.Limen.Throughput())
+		if p.Direct.Errors+p.Limen.Errors > 0 {
+			t.add(fmt.Sprintf("%s, c=%d, failed requests", p.Op, p.Concurrency),
+				fmt.Sprint(p.Direct.Errors), fmt.Sprint(p.Limen.Errors), "")
+		}
+	}
+}
+
+func (r *Results) resourceRows(t *table) {
+	for _, c := range r.CPU {
+		t.pair("CPU s per 1,000 requests, API server ("+c.Op+")", "%.3f",
+			PerThousand(c.APIServerDirect, c.DirectRequests), PerThousand(c.APIServerLimen, c.LimenRequests))
+		t.add("CPU s per 1,000 requests, proxy + worker ("+c.Op+"); ratio to the API server's", "—",
+			fmt.Sprintf("%.3f (proxy %.3f, worker %.3f)", PerThousand(c.Proxy+c.Worker, c.LimenRequests),
+				PerThousand(c.Proxy, c.LimenRequests), PerThousand(c.Worker, c.LimenRequests)),
+			fmt.Sprintf("%.0f%%", 100*c.Gateway()))
+	}
+	m := r.Memory
+	t.add("RSS idle: proxy / worker (API server)", mib(m.APIServerIdle), mib(m.ProxyIdle)+" / "+mib(m.WorkerIdle), "")
+	t.add("RSS peak under load: proxy / worker (API server)", mib(m.APIServerLoad), mib(m.ProxyLoad)+" / "+mib(m.WorkerLoad), "")
+	if w := r.Watch; w.N > 0 {
+		if w.Err != "" {
+			t.add(fmt.Sprintf("%d idle watches", w.N), "failed", "failed", w.Err)
+		} else {
+			kib := func(d int64) string { return fmt.Sprintf("%.1f KiB", w.PerWatch(d)/1024) }
+			t.add(fmt.Sprintf("Memory per idle watch (%d watches), API server", w.N), kib(w.APIServerDirect), kib(w.APIServerLimen), "")
+			t.add("Memory per idle watch, proxy / worker / both", "—",
+				kib(w.Proxy)+" / "+kib(w.Worker)+" / "+kib(w.Proxy+w.Worker), "")
+		}
+	}
+	for _, p := range r.Policy {
+		cpu := ""
+		if p.CPUNsOp > 0 {
+			cpu = fmt.Sprintf(", %.1f µs CPU", p.CPUNsOp/1000)
+		}
+		t.add("Policy decision "+strings.TrimPrefix(p.Name, "Benchmark"), "—",
+			fmt.Sprintf("%.1f µs%s, %.0f allocs", p.NsPerOp/1000, cpu, p.AllocsOp), "")
+	}
+}
+
+func (r *Results) streamRows(t *table) {
+	for _, s := range r.Streams {
+		if s.Err != "" {
+			t.add(s.Name+" (MiB/s)", fmt.Sprintf("%.1f", s.Direct), fmt.Sprintf("%.1f", s.Limen), "error: "+s.Err)
+			continue
+		}
+		t.pair(s.Name+" (MiB/s)", "%.1f", s.Direct, s.Limen)
+	}
+}

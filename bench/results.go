@@ -1,0 +1,153 @@
+package bench
+
+import (
+	"fmt"
+	"time"
+)
+
+// Results is everything one limen-bench run measured, rendered by Markdown.
+type Results struct {
+	Mode       string // "quick" or "full"
+	Command    string
+	Commit     string
+	Started    time.Time
+	Duration   time.Duration
+	CPUModel   string
+	Cores      int
+	GoVersion  string
+	Kubectl    string
+	LoadStart  string // /proc/loadavg at the start and the end
+	LoadEnd    string
+	Recording  string // whether session recording was on, and why
+	Requests   int    // per latency cell
+	StreamSize int64  // bytes per stream transfer
+	StreamRuns int
+
+	Cells   []CellPair
+	CPU     []CPUUse
+	Memory  Memory
+	Watch   WatchMemory
+	Streams []StreamPair
+	Policy  []PolicyResult
+	Notes   []string
+}
+
+// CellPair is one latency cell measured direct and through Limen.
+type CellPair struct {
+	Op          string // "GET one ConfigMap", "LIST 500 ConfigMaps"
+	Concurrency int
+	Direct      *Cell
+	Limen       *Cell
+}
+
+// CPUUse is the CPU the processes spent over every latency cell of one
+// operation.
+type CPUUse struct {
+	Op              string
+	DirectRequests  int
+	LimenRequests   int
+	APIServerDirect time.Duration // API server, serving the direct requests
+	APIServerLimen  time.Duration // API server, serving the Limen requests
+	Proxy, Worker   time.Duration // serving the Limen requests
+}
+
+// PerThousand returns d per 1,000 of n requests, in seconds.
+func PerThousand(d time.Duration, n int) float64 {
+	if n == 0 {
+		return 0
+	}
+	return d.Seconds() * 1000 / float64(n)
+}
+
+// Gateway is the proxy and worker CPU per 1,000 requests over the API
+// server's for the same requests.
+func (c CPUUse) Gateway() float64 {
+	return ratio(PerThousand(c.Proxy+c.Worker, c.LimenRequests), PerThousand(c.APIServerLimen, c.LimenRequests))
+}
+
+// Memory is the resident size of the gateway processes, in bytes.
+type Memory struct {
+	ProxyIdle, WorkerIdle, APIServerIdle int64
+	ProxyLoad, WorkerLoad, APIServerLoad int64 // peaks during the Limen latency cells
+}
+
+// WatchMemory is the resident size added by N idle watches, in bytes.
+type WatchMemory struct {
+	N               int
+	APIServerDirect int64
+	APIServerLimen  int64
+	Proxy, Worker   int64
+	Err             string
+}
+
+// PerWatch returns the bytes per watch of a delta.
+func (w WatchMemory) PerWatch(delta int64) float64 {
+	if w.N == 0 {
+		return 0
+	}
+	return float64(delta) / float64(w.N)
+}
+
+// StreamPair is one stream throughput figure, in MiB/s, direct and through
+// Limen (the median of the runs).
+type StreamPair struct {
+	Name          string
+	Direct, Limen float64
+	Err           string
+}
+
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
+}
+
+// Goal is one goal of the issue and whether the run met it.
+type Goal struct {
+	Text, Figure string
+	Met          bool
+}
+
+// Goals evaluates the issue's goals against the run.
+func (r *Results) Goals() []Goal {
+	var goals []Goal
+	for _, p := range r.Cells {
+		if p.Concurrency != 1 || p.Direct == nil || p.Limen == nil {
+			continue
+		}
+		added := p.Limen.Hist.Percentile(50) - p.Direct.Hist.Percentile(50)
+		goals = append(goals, Goal{
+			Text:   "Added p50 latency ≤ 0.3 ms at concurrency 1 (" + p.Op + ")",
+			Figure: fmt.Sprintf("%+.3f ms", ms(added)),
+			Met:    added <= 300*time.Microsecond,
+		})
+	}
+	for _, c := range r.CPU {
+		g := c.Gateway()
+		goals = append(goals, Goal{
+			Text:   "Proxy + worker CPU per request ≤ 10% of the API server's (" + c.Op + ")",
+			Figure: fmt.Sprintf("%.0f%%", 100*g),
+			Met:    c.LimenRequests > 0 && g <= 0.10,
+		})
+	}
+	if w := r.Watch; w.N > 0 && w.Err == "" {
+		per := w.PerWatch(w.Proxy + w.Worker)
+		goals = append(goals, Goal{
+			Text:   "≤ 32 KiB per idle watch, proxy and worker together",
+			Figure: fmt.Sprintf("%.1f KiB", per/1024),
+			Met:    per <= 32*1024,
+		})
+	}
+	for _, s := range r.Streams {
+		rt := ratio(s.Limen, s.Direct)
+		goals = append(goals, Goal{
+			Text:   "Stream throughput ≥ 90% of direct (" + s.Name + ")",
+			Figure: fmt.Sprintf("%.0f%%", 100*rt),
+			Met:    s.Err == "" && rt >= 0.9,
+		})
+	}
+	return goals
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
