@@ -54,6 +54,11 @@ func (r *Results) Markdown(w io.Writer) {
 		"**Limen** is alice's kubeconfig (exec-plugin client certificate) to `limen proxy` → yamux tunnel → `limen worker` → "+
 		"the same kube-apiserver, impersonating alice with groups limen:edit and limen:view. Both use client-go's transport "+
 		"(`rest.HTTPClientFor`, HTTP/2) with raw GETs; latency runs from sending the request to reading the last body byte.\n\n")
+	fmt.Fprintf(w, "How to read it: the API server skips impersonation checks and RBAC for `system:masters`, so part of its "+
+		"extra CPU under Limen is the price of impersonating a non-admin, not of Limen's processes. CPU is utime+stime from "+
+		"`/proc/PID/stat` over all three concurrencies of an operation; the load generator shares the same cores. "+
+		"Memory per watch is each process's VmRSS delta a few seconds after the watches opened, over their count (Go's GC "+
+		"makes small deltas noisy). Stream rates run from the first byte to the last, so kubectl's start is left out.\n\n")
 
 	fmt.Fprintf(w, "## Goals\n\n| Goal | Figure | Met |\n|---|---:|:---:|\n")
 	for _, g := range r.Goals() {
@@ -69,6 +74,12 @@ func (r *Results) Markdown(w io.Writer) {
 	r.resourceRows(&t)
 	r.streamRows(&t)
 	t.write(w)
+	if len(r.Profiles) > 0 {
+		fmt.Fprintf(w, "\n## Where the time goes\n\n")
+		for _, p := range r.Profiles {
+			fmt.Fprintf(w, "```\n%s\n```\n\n", strings.TrimSpace(p))
+		}
+	}
 	if len(r.Notes) > 0 {
 		fmt.Fprintf(w, "\n## Notes\n\n")
 		for _, n := range r.Notes {
@@ -111,7 +122,12 @@ func (r *Results) resourceRows(t *table) {
 		if w.Err != "" {
 			t.add(fmt.Sprintf("%d idle watches", w.N), "failed", "failed", w.Err)
 		} else {
-			kib := func(d int64) string { return fmt.Sprintf("%.1f KiB", w.PerWatch(d)/1024) }
+			kib := func(d int64) string {
+				if d < 0 {
+					return "n/a (RSS fell: GC)"
+				}
+				return fmt.Sprintf("%.1f KiB", w.PerWatch(d)/1024)
+			}
 			t.add(fmt.Sprintf("Memory per idle watch (%d watches), API server", w.N), kib(w.APIServerDirect), kib(w.APIServerLimen), "")
 			t.add("Memory per idle watch, proxy / worker / both", "—",
 				kib(w.Proxy)+" / "+kib(w.Worker)+" / "+kib(w.Proxy+w.Worker), "")

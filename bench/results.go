@@ -29,7 +29,10 @@ type Results struct {
 	Watch   WatchMemory
 	Streams []StreamPair
 	Policy  []PolicyResult
-	Notes   []string
+	// Profiles are perf and strace reports of the proxy and worker, taken
+	// when a goal is not met.
+	Profiles []string
+	Notes    []string
 }
 
 // CellPair is one latency cell measured direct and through Limen.

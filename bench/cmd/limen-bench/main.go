@@ -16,6 +16,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -30,6 +31,7 @@ type config struct {
 	label      string // how the run was invoked, for the report
 	kubectl    string
 	keep       bool
+	profile    bool
 	requests   int
 	watches    int
 	streamSize int64
@@ -50,6 +52,7 @@ func main() {
 	flag.StringVar(&c.label, "label", "", "how the run was invoked (for example \"make bench\"), for the report")
 	flag.StringVar(&c.kubectl, "kubectl", "", "kubectl for the exec and port-forward figures (default: the newest installed)")
 	flag.BoolVar(&c.keep, "keep", false, "keep the working directory (logs of the control plane, proxy and worker)")
+	flag.BoolVar(&c.profile, "profile", true, "when a goal is not met, sample the proxy and worker with perf and strace for the report")
 	flag.IntVar(&c.requests, "requests", 0, "requests per latency cell (default 2000; 300 with -quick)")
 	flag.IntVar(&c.watches, "watches", 0, "idle watches (default 1000; 200 with -quick)")
 	flag.Parse()
@@ -129,7 +132,14 @@ func machine(r *bench.Results, root string, c config) {
 	if gitOutput(root, "status", "--porcelain", "--untracked-files=no") != "" {
 		r.Commit += " (the working tree had uncommitted changes of other work in progress)"
 	}
-	r.Command = "limen-bench " + strings.Join(os.Args[1:], " ")
+	args := []string{"limen-bench"}
+	for _, a := range os.Args[1:] {
+		if strings.ContainsAny(a, " \"'") {
+			a = strconv.Quote(a)
+		}
+		args = append(args, a)
+	}
+	r.Command = strings.Join(args, " ")
 	if c.label != "" {
 		r.Command = c.label + "` → `" + r.Command
 	}

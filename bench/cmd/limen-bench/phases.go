@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/limenhq/limen/bench"
@@ -23,7 +26,37 @@ func measure(ctx context.Context, c config, s *setup, r *bench.Results) error {
 	}
 	watches(ctx, c, s, r)
 	streams(ctx, c, s, r)
+	r.Notes = append(r.Notes, gatewayWarnings(s)...)
+	if c.profile && slices.ContainsFunc(r.Goals(), func(g bench.Goal) bool { return !g.Met }) {
+		diagnose(ctx, c, s, r)
+	}
 	return ctx.Err()
+}
+
+// gatewayWarnings returns the distinct warnings the proxy and worker logged
+// during the run, for the notes: they explain failed figures.
+func gatewayWarnings(s *setup) []string {
+	var notes []string
+	seen := map[string]bool{}
+	for _, name := range []string{"proxy", "worker"} {
+		b, err := os.ReadFile(filepath.Join(s.env.Dir, name+".log"))
+		if err != nil {
+			continue
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if !strings.Contains(l, "level=WARN") && !strings.Contains(l, "level=ERROR") {
+				continue
+			}
+			if _, rest, ok := strings.Cut(l, " level="); ok { // drop the time: identical warnings collapse
+				l = "level=" + rest
+			}
+			if !seen[name+l] && len(notes) < 8 {
+				seen[name+l] = true
+				notes = append(notes, fmt.Sprintf("%s log: `%s`", name, l))
+			}
+		}
+	}
+	return notes
 }
 
 const (
