@@ -87,7 +87,10 @@ func runWorkerGateway(ctx context.Context, v *viper.Viper, kc workerKubeConfig, 
 		Logger: log.With("component", "worker"), Now: time.Now,
 	}
 	hooks := &proxyHooks{log: log, handlers: map[string]func(context.Context, tunnel.Message){}}
-	client := &tunnel.Client{
+	var client *tunnel.Client
+	reg := workerLocks(h, hooks, func() *tunnel.Client { return client }, log)
+	defer reg.Close()
+	client = &tunnel.Client{
 		Addr: id.Proxy, TLSConfig: id.TLSConfig(),
 		Hello:     tunnel.Hello{Cluster: id.Cluster, WorkerID: workerID(dataDir), Version: buildinfo.Version},
 		Handler:   h.ServeStream,
@@ -97,6 +100,11 @@ func runWorkerGateway(ctx context.Context, v *viper.Viper, kc workerKubeConfig, 
 			log.Info("connected to proxy", "proxy", id.Proxy, "cluster", id.Cluster)
 		},
 	}
+	stopRecording, err := startWorkerRecording(ctx, dataDir, kc.CAFile, h, client, log)
+	if err != nil {
+		return err
+	}
+	defer stopRecording()
 	log.Info("worker started", "cluster", id.Cluster, "api_server", upstream.String(), "policy", popts.Source())
 	return client.Run(ctx)
 }

@@ -19,8 +19,10 @@ import (
 	"github.com/limenhq/limen/gateway/authapi"
 	"github.com/limenhq/limen/gateway/enroll"
 	"github.com/limenhq/limen/gateway/identity"
+	"github.com/limenhq/limen/gateway/locks"
 	"github.com/limenhq/limen/gateway/policy"
 	"github.com/limenhq/limen/gateway/proxy"
+	"github.com/limenhq/limen/gateway/sessions"
 	"github.com/limenhq/limen/gateway/tunnel"
 	"github.com/limenhq/limen/gateway/users"
 )
@@ -130,6 +132,9 @@ type proxyServer struct {
 	Audit  *audit.Store
 	Mux    *http.ServeMux
 	Kube   *proxy.Kube
+	// Locks and Sessions are the lock store and the live-session registry.
+	Locks    *locks.Store
+	Sessions *sessions.Registry
 	// Hooks route control messages from workers and run on each worker
 	// connect; features register into it while the proxy is built.
 	Hooks *workerHooks
@@ -176,7 +181,15 @@ func buildProxy(ctx context.Context, c proxyConfig, popts policy.Options, log *s
 		return nil, err
 	}
 	s.Mux.Handle("/v1/", api)
+	if err := s.mountRecordings(ctx, c.DataDir); err != nil {
+		s.Close()
+		return nil, err
+	}
 	s.Kube = newKube(s, c.ClusterLabels)
+	if err := s.mountLocks(ctx, c.DataDir); err != nil {
+		s.Close()
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -194,6 +207,12 @@ func (s *proxyServer) Close() {
 	}
 	if s.Tokens != nil {
 		s.Tokens.Close()
+	}
+	if s.Sessions != nil {
+		s.Sessions.Close()
+	}
+	if s.Locks != nil {
+		s.Locks.Close()
 	}
 	if s.Audit != nil {
 		s.Audit.Close()

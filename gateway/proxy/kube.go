@@ -24,6 +24,7 @@ import (
 	"github.com/limenhq/limen/gateway/kpath"
 	"github.com/limenhq/limen/gateway/kreq"
 	"github.com/limenhq/limen/gateway/policy"
+	"github.com/limenhq/limen/gateway/sessions"
 	"github.com/limenhq/limen/gateway/tunnel"
 )
 
@@ -37,6 +38,17 @@ type Opener interface {
 	Open(ctx context.Context, cluster string) (net.Conn, error)
 }
 
+// LockChecker refuses a locked principal with an error naming the lock.
+type LockChecker interface {
+	Check(p identity.Principal, now time.Time) error
+}
+
+// Registrar tracks long-lived streams so that lock, kill and grant expiry
+// can end them.
+type Registrar interface {
+	Register(ctx context.Context, s sessions.Session) (*sessions.Live, error)
+}
+
 // Authenticator turns a request's verified client certificate into a
 // principal and the certificate's expiry.
 type Authenticator func(r *http.Request) (identity.Principal, time.Time, error)
@@ -48,6 +60,10 @@ type Kube struct {
 	Tunnel       Opener
 	Audit        audit.Sink
 	GrantKey     ed25519.PrivateKey
+	// Locks and Sessions are optional; without them nobody is locked and
+	// streams are not tracked.
+	Locks    LockChecker
+	Sessions Registrar
 	// Clusters returns the labels the policy sees for a cluster name; an
 	// unknown cluster has none.
 	Clusters func(name string) policy.Cluster
@@ -60,8 +76,10 @@ type Kube struct {
 }
 
 // DefaultGrantTTL is a grant's life when Kube.GrantTTL is zero. A grant
-// covers one request (or one stream), so it can be short.
-const DefaultGrantTTL = 5 * time.Minute
+// covers one request or one stream, and a stream ends when its grant
+// expires, so this bounds an exec session; the client certificate's expiry
+// bounds it further.
+const DefaultGrantTTL = 8 * time.Hour
 
 // ServeHTTP handles one Kubernetes request.
 func (k *Kube) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -83,6 +101,12 @@ func (k *Kube) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			"Limen could not authenticate you ("+err.Error()+"); run limen login")
 		return
 	}
+	if k.Locks != nil {
+		if err := k.Locks.Check(p, now); err != nil {
+			deny(http.StatusForbidden, p, "locked: "+err.Error(), err.Error())
+			return
+		}
+	}
 	dec, err := k.Policy.Groups(r.Context(), p, k.Clusters(cluster))
 	if err != nil {
 		k.Logger.Error("policy decision", "cluster", cluster, "user", p.String(), "err", err)
@@ -94,13 +118,19 @@ func (k *Kube) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			fmt.Sprintf("Limen policy grants %s no group on cluster %q", p.Name, cluster))
 		return
 	}
-	token, sid, err := k.sign(r, p, dec.Groups, cluster, now, certExpiry)
+	token, sid, exp, err := k.sign(r, p, dec.Groups, cluster, now, certExpiry)
 	if err != nil {
 		k.Logger.Error("sign grant", "err", err)
 		writeStatus(w, http.StatusInternalServerError, "Limen could not sign a grant")
 		return
 	}
-	stream, err := k.Tunnel.Open(r.Context(), cluster)
+	ctx, live, err := k.track(r, path, sessions.Session{ID: sid, Principal: p, Cluster: cluster, Expires: exp})
+	if err != nil {
+		deny(http.StatusForbidden, p, "session refused: "+err.Error(), err.Error())
+		return
+	}
+	defer k.untrack(r, live)
+	stream, err := k.Tunnel.Open(ctx, cluster)
 	if err != nil {
 		if errors.Is(err, tunnel.ErrNoWorker) {
 			writeStatus(w, http.StatusServiceUnavailable, fmt.Sprintf("no Limen worker is connected for cluster %q", cluster))
@@ -109,14 +139,14 @@ func (k *Kube) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, http.StatusBadGateway, "Limen could not reach the worker: "+err.Error())
 		return
 	}
-	ctx := context.WithValue(r.Context(), relayKey{}, &relayState{conn: stream, token: token, session: sid, sink: k.Audit, path: path})
+	ctx = context.WithValue(ctx, relayKey{}, &relayState{conn: stream, token: token, session: sid, sink: k.Audit, path: path, live: live})
 	k.relayProxy().ServeHTTP(w, r.WithContext(ctx))
 }
 
-func (k *Kube) sign(r *http.Request, p identity.Principal, groups []string, cluster string, now, certExpiry time.Time) ([]byte, string, error) {
+func (k *Kube) sign(r *http.Request, p identity.Principal, groups []string, cluster string, now, certExpiry time.Time) ([]byte, string, time.Time, error) {
 	sid, err := grant.NewSessionID()
 	if err != nil {
-		return nil, "", err
+		return nil, "", time.Time{}, err
 	}
 	ttl := k.GrantTTL
 	if ttl <= 0 {
@@ -130,7 +160,41 @@ func (k *Kube) sign(r *http.Request, p identity.Principal, groups []string, clus
 		SessionID: sid, Principal: p, Groups: groups, Cluster: cluster,
 		IssuedAt: now, ExpiresAt: exp, ClientAddr: r.RemoteAddr,
 	})
-	return token, sid, err
+	return token, sid, exp, err
+}
+
+// track registers a long-lived stream (exec, attach, port-forward, watch,
+// logs -f) and returns the context that ends when the session is locked,
+// killed or expires. Short requests are not tracked.
+func (k *Kube) track(r *http.Request, path kpath.Path, s sessions.Session) (context.Context, *sessions.Live, error) {
+	if k.Sessions == nil {
+		return r.Context(), nil, nil
+	}
+	info, err := kreq.Classify(r, path)
+	if err != nil {
+		return r.Context(), nil, nil // the worker answers 400
+	}
+	kind, target, ok := sessions.KindOf(info, r.URL.Query())
+	if !ok {
+		return r.Context(), nil, nil
+	}
+	s.Kind, s.Target = kind, target
+	live, err := k.Sessions.Register(r.Context(), s)
+	if err != nil {
+		return nil, nil, err
+	}
+	return live.Context(), live, nil
+}
+
+func (k *Kube) untrack(r *http.Request, live *sessions.Live) {
+	if live == nil {
+		return
+	}
+	if r.Context().Err() != nil {
+		live.End(sessions.ReasonClientClosed)
+		return
+	}
+	live.End(sessions.ReasonCompleted)
 }
 
 // denied records a refusal at the proxy. A refusal that cannot be audited

@@ -14,6 +14,7 @@ import (
 	"github.com/limenhq/limen/gateway/audit"
 	"github.com/limenhq/limen/gateway/grant"
 	"github.com/limenhq/limen/gateway/kpath"
+	"github.com/limenhq/limen/gateway/sessions"
 )
 
 type relayKey struct{}
@@ -25,6 +26,7 @@ type relayState struct {
 	session string
 	sink    audit.Sink
 	path    kpath.Path // below /k8s/CLUSTER
+	live    *sessions.Live // nil for short requests
 }
 
 // errAuditUnavailable marks a response dropped because its audit event could
@@ -102,7 +104,7 @@ func (streamTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		return fail(fmt.Errorf("read response: %w", err))
 	}
-	body := &streamBody{r: br, conn: conn, stop: stop}
+	body := &streamBody{r: br, conn: conn, stop: stop, live: st.live}
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		resp.Body = body // the stream is now raw bytes both ways
 		return resp, nil
@@ -118,11 +120,25 @@ type streamBody struct {
 	r    io.Reader
 	conn net.Conn
 	stop func() bool
+	live *sessions.Live
 	once sync.Once
 }
 
-func (b *streamBody) Read(p []byte) (int, error)  { return b.r.Read(p) }
-func (b *streamBody) Write(p []byte) (int, error) { return b.conn.Write(p) }
+func (b *streamBody) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if b.live != nil && n > 0 {
+		b.live.AddBytes(0, int64(n))
+	}
+	return n, err
+}
+
+func (b *streamBody) Write(p []byte) (int, error) {
+	n, err := b.conn.Write(p)
+	if b.live != nil && n > 0 {
+		b.live.AddBytes(int64(n), 0)
+	}
+	return n, err
+}
 
 func (b *streamBody) Close() error {
 	var err error

@@ -1,0 +1,160 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"os/exec"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/limenhq/limen/gateway/sessions"
+	"github.com/limenhq/limen/test/cluster/clustertest"
+)
+
+// lockRuns is how many times each stream kind is locked to measure the
+// latency from lock to stream end.
+const lockRuns = 20
+
+func admin(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := gateway(t).Limen(context.Background(), "admin", "", args...)
+	if err != nil {
+		t.Fatalf("limen %v: %v", args, err)
+	}
+	return out
+}
+
+// openStream starts a long-lived kubectl command as the user and returns it
+// once it runs; done receives its exit.
+func openStream(t *testing.T, kubeconfig string, args ...string) (*exec.Cmd, <-chan error) {
+	t.Helper()
+	cmd := exec.Command(clustertest.Kubectl(t, ""), append([]string{"--kubeconfig", kubeconfig}, args...)...)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	return cmd, done
+}
+
+// waitOpen gives kubectl time to open its stream through both hops: it
+// polls `limen sessions ls` until the session is listed live.
+func waitOpen(t *testing.T, kind string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		var list []sessions.Info
+		_ = json.Unmarshal([]byte(admin(t, "sessions", "ls", "--json")), &list)
+		live := 0
+		for _, i := range list {
+			if i.Live() && string(i.Kind) == kind {
+				live++
+			}
+		}
+		if live >= n {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("no live %s session listed within 15s:\n%s", kind, admin(t, "sessions", "ls"))
+}
+
+func TestLockEndsOpenStreams(t *testing.T) {
+	ns := clustertest.Namespace(t)
+	clustertest.RunPod(t, ns, "talker", []string{"sh", "-c", "while true; do echo tick; sleep 5; done"}, false)
+	kc := userKubeconfig(t, "alice")
+	kinds := []struct {
+		name string
+		args []string
+	}{
+		{"watch", []string{"-n", ns, "get", "configmaps", "-w"}},
+		{"logs", []string{"-n", ns, "logs", "-f", "talker"}},
+	}
+	for _, k := range kinds {
+		t.Run(k.name, func(t *testing.T) {
+			var lat []time.Duration
+			for i := range lockRuns {
+				_, done := openStream(t, kc, k.args...)
+				waitOpen(t, k.name, 1)
+				start := time.Now()
+				admin(t, "lock", "alice", "--reason", "incident 42")
+				select {
+				case <-done:
+					lat = append(lat, time.Since(start))
+				case <-time.After(5 * time.Second):
+					t.Fatalf("run %d: %s stream still open 5s after the lock", i, k.name)
+				}
+				_, stderr, code := kubectl(t, kc, "", "-n", ns, "get", "configmaps")
+				if code == 0 || !strings.Contains(stderr, "incident 42") {
+					t.Fatalf("locked alice: exit %d, stderr %q; want a refusal naming the reason", code, stderr)
+				}
+				admin(t, "unlock", "alice")
+			}
+			sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+			p50, p99 := lat[len(lat)/2], lat[len(lat)*99/100]
+			t.Logf("lock → %s end over %d runs (includes the limen lock process): p50 %s, p99 %s, max %s",
+				k.name, len(lat), p50.Round(time.Millisecond), p99.Round(time.Millisecond), lat[len(lat)-1].Round(time.Millisecond))
+			if p99 > time.Second {
+				t.Errorf("p99 %s: a lock must end streams within a second", p99)
+			}
+		})
+	}
+}
+
+func TestKillEndsOneSessionOnly(t *testing.T) {
+	ns := clustertest.Namespace(t)
+	kc := userKubeconfig(t, "alice")
+	_, first := openStream(t, kc, "-n", ns, "get", "configmaps", "-w")
+	waitOpen(t, "watch", 1)
+	before := liveIDs(t)
+	_, second := openStream(t, kc, "-n", ns, "get", "pods", "-w")
+	waitOpen(t, "watch", 2)
+	var victim string
+	for _, id := range liveIDs(t) {
+		if !contains(before, id) {
+			victim = id
+		}
+	}
+	if victim == "" {
+		t.Fatal("could not find the second watch's session id")
+	}
+	admin(t, "sessions", "kill", victim)
+	select {
+	case <-second:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the killed watch is still open")
+	}
+	select {
+	case err := <-first:
+		t.Fatalf("the other watch ended too: %v", err)
+	case <-time.After(time.Second):
+	}
+}
+
+// liveIDs lists the ids of live watch sessions, from `limen sessions ls --json`.
+func liveIDs(t *testing.T) []string {
+	t.Helper()
+	var list []sessions.Info
+	if err := json.Unmarshal([]byte(admin(t, "sessions", "ls", "--json")), &list); err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, i := range list {
+		if i.Live() && i.Kind == sessions.KindWatch {
+			ids = append(ids, i.ID)
+		}
+	}
+	return ids
+}
+
+func contains(xs []string, x string) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
