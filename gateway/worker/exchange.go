@@ -79,7 +79,12 @@ func (x *exchange) forward(ctx context.Context, cancel context.CancelFunc, group
 		return
 	}
 	out.Header.Set("Authorization", "Bearer "+token)
-	resp, err := h.Transport.RoundTrip(out)
+	rt := h.Transport
+	if out.Header.Get("Upgrade") != "" {
+		offerDecodable(out.Header) // stream.go
+		rt = h.upgradeTransport()
+	}
+	resp, err := rt.RoundTrip(out)
 	if err != nil {
 		if ctx.Err() != nil {
 			return // the proxy closed the stream
@@ -96,13 +101,13 @@ func (x *exchange) forward(ctx context.Context, cancel context.CancelFunc, group
 		Subresource: info.Subresource, Namespace: info.Namespace, Name: info.Name,
 		Method: x.req.Method, Path: x.path.String(), Status: resp.StatusCode, Latency: h.Now().Sub(x.start),
 	}
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		x.upgrade(ctx, resp, info, ev) // stream.go: decode, record, audit the session
+		return
+	}
 	// The event goes ahead of the response: the proxy stores it before it
 	// relays a byte.
 	if err := audit.WriteEvent(x.stream, ev); err != nil {
-		return
-	}
-	if resp.StatusCode == http.StatusSwitchingProtocols {
-		x.splice(resp)
 		return
 	}
 	// The request body is consumed: a read now returns only when the proxy
@@ -138,25 +143,6 @@ func (x *exchange) outbound(ctx context.Context) *http.Request {
 }
 
 var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
-
-// splice relays an upgraded connection: raw bytes both ways.
-func (x *exchange) splice(resp *http.Response) {
-	up, ok := resp.Body.(io.ReadWriteCloser)
-	if !ok {
-		_ = writeStatusResponse(x.stream, http.StatusBadGateway, "the API server switched protocols without a connection")
-		return
-	}
-	if err := writeHead(x.stream, resp, -1, true); err != nil {
-		return
-	}
-	done := make(chan struct{}, 2)
-	go func() { _, _ = io.Copy(up, x.br); done <- struct{}{} }()
-	go func() { _, _ = io.Copy(x.stream, up); done <- struct{}{} }()
-	<-done
-	up.Close()
-	x.stream.Close()
-	<-done
-}
 
 // writeResponse writes resp as HTTP/1.1, chunk by chunk as the body arrives,
 // so watches and followed logs reach the user at once.

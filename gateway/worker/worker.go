@@ -18,11 +18,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/limenhq/limen/gateway/audit"
 	"github.com/limenhq/limen/gateway/grant"
 	"github.com/limenhq/limen/gateway/identity"
 	"github.com/limenhq/limen/gateway/kpath"
 	"github.com/limenhq/limen/gateway/kreq"
 	"github.com/limenhq/limen/gateway/policy"
+	"github.com/limenhq/limen/gateway/recording"
 )
 
 // Rechecker is the worker's own policy: which of the granted groups it
@@ -43,6 +45,16 @@ type Handler struct {
 	Token  func() (string, error)
 	Logger *slog.Logger
 	Now    func() time.Time
+	// Events stores session.start and session.end in the proxy's audit
+	// trail, returning nil only once stored; nil refuses every stream.
+	Events func(ctx context.Context, e audit.Event) error
+	// Spool keeps exec and attach recordings until uploaded; nil refuses
+	// exec and attach. Recorded, if set, is told of each committed one.
+	Spool    *recording.Spool
+	Recorded func(recording.Item)
+	// Upgrades carries upgrade requests (SPDY needs HTTP/1.1, which an
+	// HTTP/2 transport cannot do); nil uses Transport.
+	Upgrades http.RoundTripper
 }
 
 // headerTimeout bounds how long a new stream may take to deliver its grant

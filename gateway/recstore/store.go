@@ -1,0 +1,333 @@
+// Package recstore is the proxy's recording storage: a local directory that
+// receives the asciicast recordings workers upload over the tunnel, verifies
+// their SHA-256 before keeping them, and serves them to the CLI and console.
+//
+// Layout: DIR/<cluster>/<id>.cast with its checksum in <id>.cast.sha256;
+// uploads in progress are <id>.cast.part. A recording becomes visible only
+// once complete and verified (written to the .part file, checked, synced,
+// renamed).
+package recstore
+
+import (
+	"bufio"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// DirName is the store's directory inside the proxy's data directory.
+const DirName = "recordings"
+
+const (
+	extCast = ".cast"
+	extPart = ".part"
+	extSum  = ".sha256"
+)
+
+// ErrNotFound is returned for a recording the store does not hold.
+var ErrNotFound = errors.New("recording not found")
+
+// validName is what an id or cluster name may look like: it keeps every
+// name a single path element.
+var validName = regexp.MustCompile(`^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}$`)
+
+// Path is the store's directory in the proxy's data directory.
+func Path(dataDir string) string { return filepath.Join(dataDir, DirName) }
+
+// Store is a directory of verified recordings. It is safe for concurrent use.
+type Store struct {
+	dir string
+	mu  sync.Mutex // serializes uploads
+}
+
+// Info describes a stored recording.
+type Info struct {
+	Cluster string
+	ID      string
+	Size    int64
+	SHA256  string
+	Time    time.Time
+}
+
+// Open opens (creating it if needed) the store in dir.
+func Open(dir string) (*Store, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("recording store: %w", err)
+	}
+	return &Store{dir: dir}, nil
+}
+
+// OpenExisting opens a store that must already exist (for read-only use by
+// the CLI on the proxy host).
+func OpenExisting(dir string) (*Store, error) {
+	st, err := os.Stat(dir)
+	if err != nil {
+		return nil, fmt.Errorf("recording store %s: %w; pass the proxy's --data-dir", dir, err)
+	}
+	if !st.IsDir() {
+		return nil, fmt.Errorf("recording store %s: not a directory", dir)
+	}
+	return &Store{dir: dir}, nil
+}
+
+func (s *Store) paths(cluster, id string) (string, error) {
+	if !validName.MatchString(cluster) {
+		return "", fmt.Errorf("recording store: bad cluster name %q", cluster)
+	}
+	if !validName.MatchString(id) {
+		return "", fmt.Errorf("recording store: bad recording id %q", id)
+	}
+	return filepath.Join(s.dir, cluster, id+extCast), nil
+}
+
+// Put stores one chunk of an upload from a worker of cluster and returns
+// its acknowledgement. Errors are reported in the Ack: the worker starts
+// over after a backoff.
+func (s *Store) Put(cluster string, c Chunk) Ack {
+	ack := Ack{ID: c.ID}
+	sum, next, err := s.put(cluster, c)
+	ack.Next, ack.SHA256 = next, sum
+	if err != nil {
+		ack.Error = err.Error()
+	}
+	return ack
+}
+
+func (s *Store) put(cluster string, c Chunk) (string, int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cast, err := s.paths(cluster, c.ID)
+	if err != nil {
+		return "", 0, err
+	}
+	if len(c.Data) > MaxChunk {
+		return "", 0, fmt.Errorf("recording store: chunk of %d bytes exceeds %d", len(c.Data), MaxChunk)
+	}
+	if old, err := readSum(cast); err == nil {
+		// Already stored: the worker lost our Ack and sends it again.
+		if c.Final && old == c.SHA256 {
+			return old, c.Size, nil
+		}
+		if c.Offset == 0 || c.Final {
+			return "", 0, fmt.Errorf("recording store: %s/%s is already stored with another checksum", cluster, c.ID)
+		}
+	}
+	if err := os.MkdirAll(filepath.Dir(cast), 0o700); err != nil {
+		return "", 0, fmt.Errorf("recording store: %w", err)
+	}
+	part := cast + extPart
+	next, err := appendChunk(part, c.Offset, c.Data)
+	if err != nil || !c.Final {
+		return "", next, err
+	}
+	sum, err := commit(part, cast, c.Size, c.SHA256)
+	return sum, next, err
+}
+
+// appendChunk writes data at offset of the part file; offset 0 starts it
+// over, any other offset must be the file's current size.
+func appendChunk(part string, offset int64, data []byte) (int64, error) {
+	flags := os.O_WRONLY | os.O_CREATE
+	if offset == 0 {
+		flags |= os.O_TRUNC
+	}
+	f, err := os.OpenFile(part, flags, 0o600)
+	if err != nil {
+		return 0, fmt.Errorf("recording store: %w", err)
+	}
+	defer f.Close()
+	size, err := f.Seek(0, io.SeekEnd)
+	if err != nil {
+		return 0, fmt.Errorf("recording store: %w", err)
+	}
+	if size != offset {
+		return size, fmt.Errorf("recording store: chunk at offset %d, but %d bytes are stored; start over", offset, size)
+	}
+	if _, err := f.Write(data); err != nil {
+		return size, fmt.Errorf("recording store: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return size, fmt.Errorf("recording store: %w", err)
+	}
+	return size + int64(len(data)), nil
+}
+
+// commit verifies the complete part file against size and sum, syncs it
+// and makes it the stored recording.
+func commit(part, cast string, size int64, want string) (string, error) {
+	f, err := os.OpenFile(part, os.O_RDWR, 0)
+	if err != nil {
+		return "", fmt.Errorf("recording store: %w", err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return "", fmt.Errorf("recording store: read back: %w", err)
+	}
+	got := hex.EncodeToString(h.Sum(nil))
+	if n != size || got != want {
+		_ = os.Remove(part)
+		return "", fmt.Errorf("recording store: upload is %d bytes with sha256 %s, worker claims %d bytes with %s; start over", n, got, size, want)
+	}
+	if err := f.Sync(); err != nil {
+		return "", fmt.Errorf("recording store: sync: %w", err)
+	}
+	if err := writeFileSync(cast+extSum, []byte(got+"\n")); err != nil {
+		return "", err
+	}
+	if err := os.Rename(part, cast); err != nil {
+		return "", fmt.Errorf("recording store: %w", err)
+	}
+	if err := syncDir(filepath.Dir(cast)); err != nil {
+		return "", err
+	}
+	return got, nil
+}
+
+func writeFileSync(name string, b []byte) error {
+	tmp := name + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return fmt.Errorf("recording store: %w", err)
+	}
+	_, werr := f.Write(b)
+	serr := f.Sync()
+	cerr := f.Close()
+	if err := errors.Join(werr, serr, cerr); err != nil {
+		return fmt.Errorf("recording store: %w", err)
+	}
+	if err := os.Rename(tmp, name); err != nil {
+		return fmt.Errorf("recording store: %w", err)
+	}
+	return nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("recording store: %w", err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("recording store: sync %s: %w", dir, err)
+	}
+	return nil
+}
+
+func readSum(cast string) (string, error) {
+	if _, err := os.Stat(cast); err != nil {
+		return "", err
+	}
+	b, err := os.ReadFile(cast + extSum)
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+// List returns every stored recording, oldest first.
+func (s *Store) List() ([]Info, error) {
+	clusters, err := os.ReadDir(s.dir)
+	if err != nil {
+		return nil, fmt.Errorf("recording store: %w", err)
+	}
+	var out []Info
+	for _, c := range clusters {
+		if !c.IsDir() || !validName.MatchString(c.Name()) {
+			continue
+		}
+		files, err := os.ReadDir(filepath.Join(s.dir, c.Name()))
+		if err != nil {
+			return nil, fmt.Errorf("recording store: %w", err)
+		}
+		for _, f := range files {
+			id, ok := strings.CutSuffix(f.Name(), extCast)
+			if !ok || !validName.MatchString(id) {
+				continue
+			}
+			if info, err := s.stat(c.Name(), id); err == nil {
+				out = append(out, info)
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b Info) int { return a.Time.Compare(b.Time) })
+	return out, nil
+}
+
+func (s *Store) stat(cluster, id string) (Info, error) {
+	cast, err := s.paths(cluster, id)
+	if err != nil {
+		return Info{}, err
+	}
+	st, err := os.Stat(cast)
+	if err != nil {
+		return Info{}, err
+	}
+	sum, err := readSum(cast)
+	if err != nil {
+		return Info{}, err
+	}
+	return Info{Cluster: cluster, ID: id, Size: st.Size(), SHA256: sum, Time: st.ModTime()}, nil
+}
+
+// Find returns the stored recording id, in whichever cluster holds it.
+func (s *Store) Find(id string) (Info, error) {
+	all, err := s.List()
+	if err != nil {
+		return Info{}, err
+	}
+	for _, info := range all {
+		if info.ID == id {
+			return info, nil
+		}
+	}
+	return Info{}, fmt.Errorf("%w: %s", ErrNotFound, id)
+}
+
+// Open opens the recording id for reading and checks it against its stored
+// SHA-256 as it is read: the reader's final Read fails on a mismatch.
+func (s *Store) Open(id string) (io.ReadCloser, Info, error) {
+	info, err := s.Find(id)
+	if err != nil {
+		return nil, info, err
+	}
+	cast, _ := s.paths(info.Cluster, id)
+	f, err := os.Open(cast)
+	if err != nil {
+		return nil, info, fmt.Errorf("recording store: %w", err)
+	}
+	return &verifying{f: f, r: bufio.NewReader(f), h: sha256.New(), want: info.SHA256}, info, nil
+}
+
+// verifying hashes what is read and fails at EOF if the content changed
+// since it was stored.
+type verifying struct {
+	f    *os.File
+	r    *bufio.Reader
+	h    hash.Hash
+	want string
+}
+
+func (v *verifying) Read(p []byte) (int, error) {
+	n, err := v.r.Read(p)
+	v.h.Write(p[:n])
+	if err == io.EOF {
+		if got := hex.EncodeToString(v.h.Sum(nil)); got != v.want {
+			return n, fmt.Errorf("recording store: recording changed since it was stored (sha256 %s, stored %s)", got, v.want)
+		}
+	}
+	return n, err
+}
+
+func (v *verifying) Close() error { return v.f.Close() }

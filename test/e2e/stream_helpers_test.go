@@ -1,0 +1,247 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/limenhq/limen/gateway/audit"
+	"github.com/limenhq/limen/gateway/recording"
+	"github.com/limenhq/limen/gateway/recstore"
+	"github.com/limenhq/limen/test/cluster/clustertest"
+)
+
+// streamClient is one kubectl and the transport it uses for a stream.
+type streamClient struct {
+	transport string
+	minor     string // "" for the newest
+	env       []string
+}
+
+// execClients are the kubectl transports for exec and attach: WebSocket
+// (the newest kubectl) and SPDY (1.29).
+var execClients = []streamClient{
+	{transport: "websocket"},
+	{transport: "spdy", minor: "1.29"},
+}
+
+// portForwardClients are the transports for port-forward: SPDY (1.29) and
+// SPDY inside WebSocket (the newest kubectl, ≥ 1.31).
+var portForwardClients = []streamClient{
+	{transport: "spdy", minor: "1.29"},
+	{transport: "spdy-in-websocket"},
+}
+
+func (c streamClient) bin(t *testing.T) string { return clustertest.Kubectl(t, c.minor) }
+
+// command builds a kubectl command for kubeconfig.
+func (c streamClient) command(t *testing.T, ctx context.Context, kubeconfig string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, c.bin(t), append([]string{"--kubeconfig", kubeconfig}, args...)...)
+	cmd.Env = append(os.Environ(), c.env...)
+	return cmd
+}
+
+// run runs kubectl to completion and returns stdout, stderr and the exit code.
+func (c streamClient) run(t *testing.T, kubeconfig, stdin string, args ...string) (string, string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cmd := c.command(t, ctx, kubeconfig, args...)
+	cmd.Stdin = strings.NewReader(stdin)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return out.String(), errb.String(), ee.ExitCode()
+	}
+	if err != nil {
+		t.Fatalf("kubectl %v: %v", args, err)
+	}
+	return out.String(), errb.String(), 0
+}
+
+// proxyDataDir is the data directory of the shared proxy.
+func proxyDataDir(t *testing.T) string { return filepath.Join(gateway(t).Dir, "proxy") }
+
+// waitSessionEnd polls the proxy's audit store for the session.end event of
+// user's session on pod that match accepts.
+func waitSessionEnd(t *testing.T, user, pod string, match func(audit.Event) bool) audit.Event {
+	t.Helper()
+	ctx := context.Background()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st, err := audit.Open(ctx, audit.Path(proxyDataDir(t)), audit.Options{ReadOnly: true})
+		if err != nil {
+			t.Fatalf("open audit store: %v", err)
+		}
+		evs, err := st.Search(ctx, audit.Query{User: user, Type: audit.TypeSessionEnd, Limit: 200})
+		st.Close()
+		if err != nil {
+			t.Fatalf("search audit: %v", err)
+		}
+		for i := len(evs) - 1; i >= 0; i-- {
+			if ev := evs[i]; ev.Session != nil && ev.Session.Pod == pod && match(ev) {
+				return ev
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no matching session.end for %s on pod %s among %d events", user, pod, len(evs))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// sessionStarted reports whether the audit store has a session.start for id.
+func sessionStarted(t *testing.T, id string) bool {
+	t.Helper()
+	ctx := context.Background()
+	st, err := audit.Open(ctx, audit.Path(proxyDataDir(t)), audit.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatalf("open audit store: %v", err)
+	}
+	defer st.Close()
+	evs, err := st.Search(ctx, audit.Query{Type: audit.TypeSessionStart, Limit: 1000})
+	if err != nil {
+		t.Fatalf("search audit: %v", err)
+	}
+	for _, ev := range evs {
+		if ev.SessionID == id {
+			return true
+		}
+	}
+	return false
+}
+
+// fetchRecording waits until the proxy's store holds the recording of
+// session id (uploads are asynchronous) and returns it, verified.
+func fetchRecording(t *testing.T, id string) []byte {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st, err := recstore.OpenExisting(recstore.Path(proxyDataDir(t)))
+		if err == nil {
+			r, _, err := st.Open(id)
+			if err == nil {
+				b, err := io.ReadAll(r)
+				r.Close()
+				if err != nil {
+					t.Fatalf("read recording %s: %v", id, err)
+				}
+				return b
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("recording %s did not reach the proxy's store: %v", id, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// castEvents parses a recording with our reader and returns its header and
+// events.
+func castEvents(t *testing.T, b []byte) (recording.Header, []recording.Event) {
+	t.Helper()
+	rd, err := recording.NewReader(bytes.NewReader(b))
+	if err != nil {
+		t.Fatalf("recording header: %v\n%s", err, b)
+	}
+	var evs []recording.Event
+	for {
+		ev, err := rd.Next()
+		if err == io.EOF {
+			return rd.Header, evs
+		}
+		if err != nil {
+			t.Fatalf("recording event: %v", err)
+		}
+		evs = append(evs, ev)
+	}
+}
+
+// castOutput joins the output events of a recording.
+func castOutput(evs []recording.Event) string {
+	var b strings.Builder
+	for _, ev := range evs {
+		if ev.Code == "o" {
+			b.WriteString(ev.Data)
+		}
+	}
+	return b.String()
+}
+
+// castHas reports whether an event with code and data is in evs.
+func castHas(evs []recording.Event, code, data string) bool {
+	for _, ev := range evs {
+		if ev.Code == code && ev.Data == data {
+			return true
+		}
+	}
+	return false
+}
+
+// lineScreen accumulates a reader's output for waiting on text.
+type lineScreen struct {
+	ch  chan []byte
+	all bytes.Buffer
+}
+
+func newLineScreen(r io.Reader) *lineScreen {
+	s := &lineScreen{ch: make(chan []byte, 1024)}
+	go func() {
+		br := bufio.NewReader(r)
+		buf := make([]byte, 4096)
+		for {
+			n, err := br.Read(buf)
+			if n > 0 {
+				s.ch <- bytes.Clone(buf[:n])
+			}
+			if err != nil {
+				close(s.ch)
+				return
+			}
+		}
+	}()
+	return s
+}
+
+func (s *lineScreen) pull(wait time.Duration) bool {
+	select {
+	case b, ok := <-s.ch:
+		if !ok {
+			return false
+		}
+		s.all.Write(b)
+		return true
+	case <-time.After(wait):
+		return false
+	}
+}
+
+func (s *lineScreen) has(text string) bool {
+	for s.pull(10 * time.Millisecond) {
+	}
+	return strings.Contains(s.all.String(), text)
+}
+
+func (s *lineScreen) waitFor(t *testing.T, text string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(s.all.String(), text) {
+		if time.Now().After(deadline) {
+			t.Fatalf("did not see %q; output so far:\n%s", text, s.all.String())
+		}
+		s.pull(100 * time.Millisecond)
+	}
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
