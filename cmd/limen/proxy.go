@@ -41,6 +41,8 @@ type proxyConfig struct {
 	Clusters []string
 	// ClusterLabels are the labels policy sees for each cluster.
 	ClusterLabels map[string]map[string]string
+	// GrantTTL bounds each grant, and so each stream (exec, watch, …).
+	GrantTTL time.Duration
 }
 
 func newProxyCmd() *cobra.Command {
@@ -72,6 +74,7 @@ command (data.limen.admin.allow).`,
 	f.String("tls-key", "", "key of --tls-cert (PEM)")
 	f.StringSlice("server-name", nil, "extra DNS name or IP for the generated serving certificate (repeatable)")
 	f.StringSlice("clusters", nil, "cluster names offered to policy for limen kube ls")
+	f.Duration("grant-ttl", proxy.DefaultGrantTTL, "longest life of a grant: a stream (exec, port-forward, watch) ends when its grant expires; never past the user's certificate")
 	f.StringSlice("cluster-label", nil, "label the policy sees for a cluster, NAME:KEY=VALUE (repeatable; workers must agree)")
 	addPolicyFlags(f)
 	return cmd
@@ -87,6 +90,7 @@ func loadProxyConfig(cmd *cobra.Command) (proxyConfig, error) {
 		UserCertTTL: v.GetDuration("user-cert-ttl"), WorkerCertTTL: v.GetDuration("worker-cert-ttl"),
 		CACert: v.GetString("ca-cert"), CAKey: v.GetString("ca-key"), TLSCert: v.GetString("tls-cert"), TLSKey: v.GetString("tls-key"),
 		ServerNames: v.GetStringSlice("server-name"), Clusters: v.GetStringSlice("clusters"),
+		GrantTTL: v.GetDuration("grant-ttl"),
 	}
 	if c.ClusterLabels, err = parseClusterLabels(v.GetStringSlice("cluster-label")); err != nil {
 		return c, err
@@ -103,6 +107,9 @@ func (c proxyConfig) validate() error {
 	}
 	if c.UserCertTTL < time.Minute || c.UserCertTTL > auth.MaxUserCertTTL {
 		return fmt.Errorf("user-cert-ttl %s: must be between 1m and %s", c.UserCertTTL, auth.MaxUserCertTTL)
+	}
+	if c.GrantTTL < time.Second || c.GrantTTL > auth.MaxUserCertTTL {
+		return fmt.Errorf("grant-ttl %s: must be between 1s and %s", c.GrantTTL, auth.MaxUserCertTTL)
 	}
 	if c.WorkerCertTTL < time.Hour {
 		return fmt.Errorf("worker-cert-ttl %s: must be at least 1h", c.WorkerCertTTL)
@@ -186,6 +193,7 @@ func buildProxy(ctx context.Context, c proxyConfig, popts policy.Options, log *s
 		return nil, err
 	}
 	s.Kube = newKube(s, c.ClusterLabels)
+	s.Kube.GrantTTL = c.GrantTTL
 	if err := s.mountLocks(ctx, c.DataDir); err != nil {
 		s.Close()
 		return nil, err

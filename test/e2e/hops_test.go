@@ -19,8 +19,10 @@ import (
 
 	"github.com/limenhq/limen/gateway/audit"
 	"github.com/limenhq/limen/gateway/identity"
+	"github.com/limenhq/limen/gateway/locks"
 	"github.com/limenhq/limen/gateway/policy"
 	"github.com/limenhq/limen/gateway/proxy"
+	"github.com/limenhq/limen/gateway/sessions"
 	"github.com/limenhq/limen/gateway/tunnel"
 	"github.com/limenhq/limen/gateway/worker"
 	"github.com/limenhq/limen/test/cluster/clustertest"
@@ -143,6 +145,7 @@ func TestHopsRefuseBadGrants(t *testing.T) {
 			h.kube.GrantKey = other
 		}, http.StatusForbidden, "signature invalid"},
 		{"expired", func(h *hops) {
+			h.kube.GrantTTL = time.Minute
 			h.kube.Now = func() time.Time { return time.Now().Add(-time.Hour) }
 		}, http.StatusForbidden, "expired"},
 		{"other cluster", func(h *hops) { h.worker.Cluster.Name = "prod" }, http.StatusServiceUnavailable, "another cluster"},
@@ -224,5 +227,66 @@ func TestHopsOperatorProblemsAre503(t *testing.T) {
 	h.opener.none = true
 	if code, body := h.get(t, listPath); code != http.StatusServiceUnavailable || !strings.Contains(body, "no Limen worker") {
 		t.Fatalf("no worker: %d %s, want 503", code, body)
+	}
+}
+
+// watch opens a watch through the hops and returns when its body ends.
+func (h *hops) watch(t *testing.T) <-chan time.Time {
+	t.Helper()
+	resp, err := http.Get(h.baseURL + listPath + "?watch=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("watch: %s", resp.Status)
+	}
+	ended := make(chan time.Time, 1)
+	go func() {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		ended <- time.Now()
+	}()
+	return ended
+}
+
+func TestHopsGrantExpiryEndsAnIdleStream(t *testing.T) {
+	h := newHops(t)
+	quiet := sessions.Config{Logger: slog.New(slog.DiscardHandler)}
+	h.kube.Sessions, h.worker.Sessions = sessions.New(quiet), sessions.New(quiet)
+	h.kube.GrantTTL = 2 * time.Second
+	start := time.Now()
+	select {
+	case end := <-h.watch(t):
+		if d := end.Sub(start); d < time.Second {
+			t.Fatalf("the watch ended after %s, before its grant expired", d)
+		}
+		t.Logf("idle watch ended %s after it opened with a 2s grant", end.Sub(start).Round(time.Millisecond))
+	case <-time.After(10 * time.Second):
+		t.Fatal("the watch outlived its grant")
+	}
+}
+
+func TestHopsWorkerEnforcesLocksItself(t *testing.T) {
+	h := newHops(t)
+	set := locks.NewSet()
+	h.worker.Locks = set
+	h.worker.Sessions = sessions.New(sessions.Config{Locks: set, Logger: slog.New(slog.DiscardHandler)})
+	ended := h.watch(t)
+	time.Sleep(200 * time.Millisecond) // the watch is open and idle
+	set.Apply(locks.Change{Op: locks.OpSet, Lock: locks.Lock{
+		Target: locks.Target{Kind: identity.KindUser, Name: "alice"}, Reason: "pushed to the worker only",
+		CreatedBy: "user:admin", CreatedAt: time.Now(),
+	}})
+	select {
+	case <-ended:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the worker kept a locked user's watch open")
+	}
+	code, body := h.get(t, listPath)
+	if code != http.StatusForbidden || !strings.Contains(body, "pushed to the worker only") {
+		t.Fatalf("locked at the worker: %d %s", code, body)
+	}
+	if ev := h.lastEvent(t, audit.TypeAuthDenied); ev.Denied.Hop != audit.HopWorker || !strings.Contains(ev.Denied.Reason, "locked") {
+		t.Fatalf("auth.denied = %+v", ev.Denied)
 	}
 }
