@@ -12,9 +12,9 @@ import (
 // when a worker connects. Registration happens while the proxy is built,
 // before any worker connects, so no lock is needed.
 type workerHooks struct {
-	log       *slog.Logger
-	handlers  map[string]func(ctx context.Context, w *tunnel.Worker, m tunnel.Message)
-	connects  []func(ctx context.Context, w *tunnel.Worker) error
+	log      *slog.Logger
+	handlers map[string]func(ctx context.Context, w *tunnel.Worker, m tunnel.Message)
+	connects []func(ctx context.Context, w *tunnel.Worker) error
 }
 
 func newWorkerHooks(log *slog.Logger) *workerHooks {

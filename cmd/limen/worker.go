@@ -2,8 +2,8 @@ package main
 
 import (
 	"errors"
-	"log/slog"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/spf13/cobra"

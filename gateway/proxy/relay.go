@@ -25,7 +25,7 @@ type relayState struct {
 	token   []byte
 	session string
 	sink    audit.Sink
-	path    kpath.Path // below /k8s/CLUSTER
+	path    kpath.Path     // below /k8s/CLUSTER
 	live    *sessions.Live // nil for short requests
 }
 

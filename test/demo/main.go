@@ -59,7 +59,9 @@ func run(ctx context.Context, keep bool) error {
 	defer env.Stop()
 
 	kubectl := controlplane.KubectlPath(cp)
-	admin := func(args ...string) error { return show(ctx, kubectl, append([]string{"--kubeconfig", cp.Kubeconfig}, args...)...) }
+	admin := func(args ...string) error {
+		return show(ctx, kubectl, append([]string{"--kubeconfig", cp.Kubeconfig}, args...)...)
+	}
 	say("As the cluster admin (directly, not through Limen): a demo pod")
 	if err := admin("run", "hello", "--image=local", "--restart=Never", "--", "sh", "-c", "echo hello from a pod; sleep 3600"); err != nil {
 		return err
@@ -73,7 +75,9 @@ func run(ctx context.Context, keep bool) error {
 		if err != nil {
 			return err
 		}
-		as := func(args ...string) error { return show(ctx, kubectl, append([]string{"--kubeconfig", kc}, args...)...) }
+		as := func(args ...string) error {
+			return show(ctx, kubectl, append([]string{"--kubeconfig", kc}, args...)...)
+		}
 		fmt.Printf("  export KUBECONFIG=%s\n", kc)
 		steps := [][]string{
 			{"auth", "whoami"},

@@ -223,4 +223,3 @@ func TestKilledWorkerFailsCleanlyAndReconnects(t *testing.T) {
 		t.Fatalf("after the worker reconnected: %s", stderr)
 	}
 }
-

@@ -305,4 +305,3 @@ func (s *screen) waitForLine(t *testing.T, prefix string) string {
 		s.pull(100 * time.Millisecond)
 	}
 }
-
