@@ -145,8 +145,8 @@ type proxyServer struct {
 	// Hooks route control messages from workers and run on each worker
 	// connect; features register into it while the proxy is built.
 	Hooks *workerHooks
-	TLS    *tls.Config
-	Log    *slog.Logger
+	TLS   *tls.Config
+	Log   *slog.Logger
 }
 
 // buildProxy opens the data directory and wires the identity API under /v1/.
