@@ -32,13 +32,16 @@ func (k Kubectl) command(ctx context.Context, args ...string) *exec.Cmd {
 	return cmd
 }
 
-// ExecThroughput runs `head -c size /dev/zero` in the pod through kubectl
+// ExecThroughput prints size bytes of text lines in the pod through kubectl
 // exec and returns the rate of its output in MiB/s, timed from the first
 // byte to the last so kubectl's start and the exec handshake are left out.
+// Text, not zeros: a terminal's output is text, and a recording escapes
+// control bytes.
 func ExecThroughput(ctx context.Context, k Kubectl, namespace, pod string, size int64) (float64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
-	cmd := k.command(ctx, "-n", namespace, "exec", pod, "--", "head", "-c", strconv.FormatInt(size, 10), "/dev/zero")
+	script := "yes 'limen-bench exec output: 0123456789 abcdefghijklmnopqrstuvwxyz ABCDEFGHIJ' | head -c " + strconv.FormatInt(size, 10)
+	cmd := k.command(ctx, "-n", namespace, "exec", pod, "--", "sh", "-c", script)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.StdoutPipe()

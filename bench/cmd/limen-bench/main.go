@@ -53,7 +53,7 @@ func main() {
 	flag.StringVar(&c.kubectl, "kubectl", "", "kubectl for the exec and port-forward figures (default: the newest installed)")
 	flag.BoolVar(&c.keep, "keep", false, "keep the working directory (logs of the control plane, proxy and worker)")
 	flag.BoolVar(&c.profile, "profile", true, "when a goal is not met, sample the proxy and worker with perf and strace for the report")
-	flag.IntVar(&c.requests, "requests", 0, "requests per latency cell (default 2000; 300 with -quick)")
+	flag.IntVar(&c.requests, "requests", 0, "requests per latency cell (default 2000; 250 with -quick)")
 	flag.IntVar(&c.watches, "watches", 0, "idle watches (default 1000; 200 with -quick)")
 	flag.Parse()
 	c.defaults()
@@ -69,7 +69,7 @@ func main() {
 }
 
 func (c *config) defaults() {
-	full := map[bool][4]int64{false: {2000, 1000, 256 << 20, 3}, true: {300, 200, 64 << 20, 1}}[c.quick]
+	full := map[bool][4]int64{false: {2000, 1000, 128 << 20, 3}, true: {250, 200, 32 << 20, 1}}[c.quick]
 	if c.requests <= 0 {
 		c.requests = int(full[0])
 	}

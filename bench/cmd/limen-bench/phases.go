@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -26,6 +28,7 @@ func measure(ctx context.Context, c config, s *setup, r *bench.Results) error {
 	}
 	watches(ctx, c, s, r)
 	streams(ctx, c, s, r)
+	r.Recording = recordingState(s)
 	r.Notes = append(r.Notes, gatewayWarnings(s)...)
 	if c.profile && slices.ContainsFunc(r.Goals(), func(g bench.Goal) bool { return !g.Met }) {
 		diagnose(ctx, c, s, r)
@@ -197,4 +200,32 @@ func streams(ctx context.Context, c config, s *setup, r *bench.Results) {
 		}
 		r.Streams = append(r.Streams, pair)
 	}
+}
+
+// recordingState says whether the Limen exec runs were recorded: whether
+// recording files appeared in the proxy's or worker's data directory.
+func recordingState(s *setup) string {
+	var files int
+	var size int64
+	dirs := map[string]bool{}
+	for _, role := range []string{"proxy", "worker"} {
+		root := filepath.Join(s.env.Dir, role)
+		_ = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() || !strings.Contains(strings.ToLower(path[len(root):]), "record") {
+				return nil
+			}
+			if info, err := d.Info(); err == nil {
+				files, size = files+1, size+info.Size()
+				dirs[filepath.Dir(path[len(s.env.Dir)+1:])] = true
+			}
+			return nil
+		})
+	}
+	if files == 0 {
+		return "off — no recording files in the proxy's or worker's data directory after the exec runs through Limen"
+	}
+	where := slices.Sorted(maps.Keys(dirs))
+	progress(os.Stderr, "recording: %d files, %d MiB in %v", files, size>>20, where)
+	return fmt.Sprintf("on — the exec runs through Limen left %d recording files (%.0f MiB) in %s; "+
+		"port-forward is audited, not recorded", files, float64(size)/(1<<20), strings.Join(where, ", "))
 }

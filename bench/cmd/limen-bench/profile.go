@@ -59,32 +59,41 @@ func perfProfile(ctx context.Context, s *setup, d time.Duration) (string, error)
 		return "", err
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "perf record -F 499 -g -p <proxy>,<worker> for %s during %d GETs at c=16 through Limen\n\n", d, n)
+	fmt.Fprintf(&b, "perf record -F 499 -g -p %d,%d (proxy %[1]d, worker %[2]d) for %s during %d GETs at c=16 through Limen\n\n",
+		s.proxy, s.worker, d, n)
 	for _, rep := range []struct {
 		title string
 		args  []string
+		only  func(string) bool
 	}{
-		{"self time, top symbols per process", []string{"--no-children", "--sort", "comm,symbol", "--percent-limit", "1.5"}},
-		{"time including callees (where the time goes), top entries", []string{"--children", "--sort", "comm,symbol", "--percent-limit", "8"}},
+		{"self time: top symbols per process", []string{"--no-children", "--percent-limit", "1"}, nil},
+		{"time including callees: Limen's own functions", []string{"--children", "--percent-limit", "2"}, func(l string) bool {
+			return strings.Contains(l, "limenhq/limen/") || strings.Contains(l, "[.] main.")
+		}},
 	} {
-		args := append([]string{"report", "-i", data, "--stdio", "-g", "none"}, rep.args...)
+		args := append([]string{"report", "-i", data, "--stdio", "-g", "none", "--sort", "pid,symbol"}, rep.args...)
 		out, err := exec.CommandContext(ctx, perf, args...).Output()
 		if err != nil {
 			return "", fmt.Errorf("perf report: %w", err)
 		}
-		fmt.Fprintf(&b, "## %s\n%s\n", rep.title, perfLines(string(out), 40))
+		fmt.Fprintf(&b, "%s:\n%s\n\n", rep.title, perfLines(string(out), 40, rep.only))
 	}
 	return b.String(), nil
 }
 
-// perfLines keeps the sample lines of a perf report, at most limit.
-func perfLines(report string, limit int) string {
+// perfLines keeps the sample lines of a perf report, at most limit, without
+// the padding and the empty trailing columns.
+func perfLines(report string, limit int, only func(string) bool) string {
 	var keep []string
 	for _, l := range strings.Split(report, "\n") {
-		if t := strings.TrimSpace(l); t == "" || strings.HasPrefix(t, "#") {
+		f := strings.Fields(l)
+		if len(f) == 0 || strings.HasPrefix(f[0], "#") || (only != nil && !only(l)) {
 			continue
 		}
-		keep = append(keep, strings.TrimRight(l, " "))
+		for len(f) > 0 && f[len(f)-1] == "-" {
+			f = f[:len(f)-1]
+		}
+		keep = append(keep, "  "+strings.Join(f, "  "))
 		if len(keep) == limit {
 			break
 		}
@@ -112,8 +121,14 @@ func fsyncTrace(ctx context.Context, s *setup, d time.Duration) (string, error) 
 	if err != nil {
 		return "", err
 	}
+	var keep []string
+	for _, l := range strings.Split(string(out), "\n") {
+		if !strings.Contains(l, "strace: Process") {
+			keep = append(keep, l)
+		}
+	}
 	return fmt.Sprintf("strace -f -c -p <proxy> for %s during %d GETs at c=1 through Limen (strace slows the traced calls)\n\n%s",
-		d, n, strings.TrimSpace(string(out))), nil
+		d, n, strings.TrimSpace(strings.Join(keep, "\n"))), nil
 }
 
 // diagnose samples the gateway processes for the report when a goal is not
@@ -121,7 +136,7 @@ func fsyncTrace(ctx context.Context, s *setup, d time.Duration) (string, error) 
 func diagnose(ctx context.Context, c config, s *setup, r *bench.Results) {
 	d := 10 * time.Second
 	if c.quick {
-		d = 5 * time.Second
+		d = 3 * time.Second
 	}
 	for _, f := range []func(context.Context, *setup, time.Duration) (string, error){perfProfile, fsyncTrace} {
 		text, err := f(ctx, s, d)
