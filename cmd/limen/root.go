@@ -37,6 +37,7 @@ of precedence.`,
 		newUsersCmd(), newKubeCmd(), newTokensCmd(),
 		newLockCmd(), newUnlockCmd(), newLocksCmd(), newSessionsCmd(),
 		newPolicyCmd(),
+		newRecordingsCmd(), newPlayCmd(),
 	)
 	return root
 }
