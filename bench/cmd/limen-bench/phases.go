@@ -27,12 +27,13 @@ func measure(ctx context.Context, c config, s *setup, r *bench.Results) error {
 		return err
 	}
 	watches(ctx, c, s, r)
-	streams(ctx, c, s, r)
-	r.Recording = recordingState(s)
-	r.Notes = append(r.Notes, gatewayWarnings(s)...)
+	// Profile before the streams: their recordings upload for a while after.
 	if c.profile && slices.ContainsFunc(r.Goals(), func(g bench.Goal) bool { return !g.Met }) {
 		diagnose(ctx, c, s, r)
 	}
+	streams(ctx, c, s, r)
+	r.Recording = recordingState(s)
+	r.Notes = append(r.Notes, gatewayWarnings(s)...)
 	return ctx.Err()
 }
 

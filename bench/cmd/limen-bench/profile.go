@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -38,45 +39,58 @@ func underLoad(ctx context.Context, s *setup, conc int, f func() error) (int, er
 	return done, err
 }
 
-// perfProfile records the proxy and worker with perf for d under a GET load
-// at concurrency 16 and returns perf's report: where the CPU time goes.
+// perfProfile records the proxy and the worker with perf for d under a GET
+// load at concurrency 16 and returns perf's reports: where the CPU goes.
 func perfProfile(ctx context.Context, s *setup, d time.Duration) (string, error) {
 	perf, err := exec.LookPath("perf")
 	if err != nil {
 		return "", fmt.Errorf("perf is not installed")
 	}
-	data := filepath.Join(s.env.Dir, "perf.data")
+	procs := []struct {
+		name string
+		pid  int
+	}{{"proxy", s.proxy}, {"worker", s.worker}}
 	secs := strconv.Itoa(int(d.Seconds()))
 	n, err := underLoad(ctx, s, 16, func() error {
-		out, err := exec.CommandContext(ctx, perf, "record", "-F", "499", "-g", "-o", data,
-			"-p", fmt.Sprintf("%d,%d", s.proxy, s.worker), "--", "sleep", secs).CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("perf record: %w: %s", err, out)
+		var wg sync.WaitGroup
+		errs := make([]error, len(procs))
+		for i, p := range procs {
+			wg.Go(func() {
+				data := filepath.Join(s.env.Dir, p.name+".perf.data")
+				out, err := exec.CommandContext(ctx, perf, "record", "-F", "499", "-g", "-o", data,
+					"-p", strconv.Itoa(p.pid), "--", "sleep", secs).CombinedOutput()
+				if err != nil {
+					errs[i] = fmt.Errorf("perf record %s: %w: %s", p.name, err, out)
+				}
+			})
 		}
-		return nil
+		wg.Wait()
+		return errors.Join(errs...)
 	})
 	if err != nil {
 		return "", err
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "perf record -F 499 -g -p %d,%d (proxy %[1]d, worker %[2]d) for %s during %d GETs at c=16 through Limen\n\n",
-		s.proxy, s.worker, d, n)
-	for _, rep := range []struct {
-		title string
-		args  []string
-		only  func(string) bool
-	}{
-		{"self time: top symbols per process", []string{"--no-children", "--percent-limit", "1"}, nil},
-		{"time including callees: Limen's own functions", []string{"--children", "--percent-limit", "2"}, func(l string) bool {
-			return strings.Contains(l, "limenhq/limen/") || strings.Contains(l, "[.] main.")
-		}},
-	} {
-		args := append([]string{"report", "-i", data, "--stdio", "-g", "none", "--sort", "pid,symbol"}, rep.args...)
-		out, err := exec.CommandContext(ctx, perf, args...).Output()
-		if err != nil {
-			return "", fmt.Errorf("perf report: %w", err)
+	fmt.Fprintf(&b, "perf record -F 499 -g -p <pid>, proxy and worker apart, for %s during %d GETs at c=16 through Limen\n", d, n)
+	for _, p := range procs {
+		data := filepath.Join(s.env.Dir, p.name+".perf.data")
+		for _, rep := range []struct {
+			title string
+			args  []string
+			only  func(string) bool
+		}{
+			{"self time, top symbols", []string{"--no-children", "--percent-limit", "1.5"}, nil},
+			{"time including callees, Limen's own functions", []string{"--children", "--percent-limit", "3"}, func(l string) bool {
+				return strings.Contains(l, "limenhq/limen/") || strings.Contains(l, "[.] main.")
+			}},
+		} {
+			args := append([]string{"report", "-i", data, "--stdio", "-g", "none", "--sort", "symbol"}, rep.args...)
+			out, err := exec.CommandContext(ctx, perf, args...).Output()
+			if err != nil {
+				return "", fmt.Errorf("perf report %s: %w", p.name, err)
+			}
+			fmt.Fprintf(&b, "\n%s — %s:\n%s\n", p.name, rep.title, perfLines(string(out), 25, rep.only))
 		}
-		fmt.Fprintf(&b, "%s:\n%s\n\n", rep.title, perfLines(string(out), 40, rep.only))
 	}
 	return b.String(), nil
 }
