@@ -218,6 +218,9 @@ func writeStatus(w http.ResponseWriter, code int, msg string) {
 		Reason: reasonFor(code),
 	}
 	b, _ := json.Marshal(st)
+	// kubectl prints a Warning header even where it cannot decode the body
+	// (discovery requests), so the reason always reaches the user.
+	w.Header().Set("Warning", kreq.Warning(msg))
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(code)

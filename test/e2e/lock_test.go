@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"os/exec"
+	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
@@ -157,4 +158,37 @@ func contains(xs []string, x string) bool {
 		}
 	}
 	return false
+}
+
+func TestLocksSurviveProxyRestartAndAreAudited(t *testing.T) {
+	e := gateway(t)
+	kc := userKubeconfig(t, "bob")
+	admin(t, "lock", "bob", "--reason", "survives restarts")
+	t.Cleanup(func() { _, _ = e.Limen(context.Background(), "admin", "", "unlock", "bob") })
+	e.StopProxy()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := e.StartProxy(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.WaitWorker(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	_, stderr, code := kubectl(t, kc, "", "get", "configmaps")
+	if code == 0 || !strings.Contains(stderr, "survives restarts") {
+		t.Fatalf("after a proxy restart bob: exit %d, stderr %q; want the lock's reason", code, stderr)
+	}
+	admin(t, "unlock", "bob")
+	if _, stderr, code := kubectl(t, kc, "", "get", "configmaps"); code != 0 {
+		t.Fatalf("unlocked bob: %s", stderr)
+	}
+	out, err := e.Limen(ctx, "", "", "audit", "search", "--data-dir", filepath.Join(e.Dir, "proxy"), "--user", "admin", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, typ := range []string{`"user.lock"`, `"user.unlock"`} {
+		if !strings.Contains(out, typ) {
+			t.Errorf("audit has no %s event by admin:\n%s", typ, out)
+		}
+	}
 }
