@@ -52,11 +52,14 @@ func main() {
 	flag.StringVar(&c.label, "label", "", "how the run was invoked (for example \"make bench\"), for the report")
 	flag.StringVar(&c.kubectl, "kubectl", "", "kubectl for the exec and port-forward figures (default: the newest installed)")
 	flag.BoolVar(&c.keep, "keep", false, "keep the working directory (logs of the control plane, proxy and worker)")
-	flag.BoolVar(&c.profile, "profile", true, "when a goal is not met, sample the proxy and worker with perf and strace for the report")
+	flag.BoolVar(&c.profile, "profile", false, "when a goal is not met, sample the proxy and worker with perf and strace for the report (default on without -quick)")
 	flag.IntVar(&c.requests, "requests", 0, "requests per latency cell (default 2000; 250 with -quick)")
 	flag.IntVar(&c.watches, "watches", 0, "idle watches (default 1000; 200 with -quick)")
 	flag.Parse()
 	c.defaults()
+	if !c.quick && !flagSet("profile") {
+		c.profile = true
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -80,6 +83,12 @@ func (c *config) defaults() {
 	if c.kubectl == "" {
 		c.kubectl = newestKubectl()
 	}
+}
+
+func flagSet(name string) bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 // newestKubectl prefers the newest versioned kubectl of the Google Cloud SDK,

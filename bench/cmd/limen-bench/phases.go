@@ -38,7 +38,8 @@ func measure(ctx context.Context, c config, s *setup, r *bench.Results) error {
 }
 
 // gatewayWarnings returns the distinct warnings the proxy and worker logged
-// during the run, for the notes: they explain failed figures.
+// during the run, for the notes: they explain failed figures. Some come from
+// the harness itself closing watches and ending a load mid-request.
 func gatewayWarnings(s *setup) []string {
 	var notes []string
 	seen := map[string]bool{}
@@ -48,7 +49,8 @@ func gatewayWarnings(s *setup) []string {
 			continue
 		}
 		for _, l := range strings.Split(string(b), "\n") {
-			if !strings.Contains(l, "level=WARN") && !strings.Contains(l, "level=ERROR") {
+			if !strings.Contains(l, "level=WARN") && !strings.Contains(l, "level=ERROR") ||
+				strings.Contains(l, "context canceled") { // the harness ending a phase's requests
 				continue
 			}
 			if _, rest, ok := strings.Cut(l, " level="); ok { // drop the time: identical warnings collapse
