@@ -81,7 +81,7 @@ func (r *Results) Markdown(w io.Writer) {
 		}
 	}
 	if len(r.Notes) > 0 {
-		fmt.Fprintf(w, "\n## Notes\n\nWarnings the proxy and worker logged (some come from the harness closing watches and ending a load mid-request):\n\n")
+		fmt.Fprintf(w, "\n## Notes\n\nWith the warnings the proxy and worker logged; some come from the harness closing watches and ending a load mid-request.\n\n")
 		for _, n := range r.Notes {
 			fmt.Fprintf(w, "* %s\n", n)
 		}
