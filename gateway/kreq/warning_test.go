@@ -6,8 +6,8 @@ func TestWarning(t *testing.T) {
 	tests := map[string]string{
 		"user bob is locked: incident 42": `299 - "user bob is locked: incident 42"`,
 		`say "hi" \ bye`:                  `299 - "say 'hi' ' bye"`,
-		"line\r\nInjected: header":         `299 - "line  Injected: header"`,
-		"ünïcode":                          `299 - " n code"`,
+		"line\r\nInjected: header":        `299 - "line  Injected: header"`,
+		"ünïcode":                         `299 - " n code"`,
 	}
 	for in, want := range tests {
 		if got := Warning(in); got != want {
