@@ -19,6 +19,7 @@ import (
 	"github.com/limenhq/limen/gateway/grant"
 	"github.com/limenhq/limen/gateway/kpath"
 	"github.com/limenhq/limen/gateway/kreq"
+	"github.com/limenhq/limen/gateway/sessions"
 )
 
 // exchange is one request on one stream.
@@ -66,6 +67,19 @@ func (x *exchange) forward(ctx context.Context, cancel context.CancelFunc, group
 	if err != nil {
 		x.refuse(&refusal{code: http.StatusBadRequest, msg: "cannot classify the request: " + err.Error()})
 		return
+	}
+	live, err := h.track(ctx, x, info)
+	if err != nil {
+		x.refuse(&refusal{http.StatusForbidden, err.Error(), "session refused: " + err.Error()})
+		return
+	}
+	if live != nil {
+		// Lock, kill or grant expiry ends the stream at once, idle or not:
+		// the upstream request is cancelled and the tunnel stream closed.
+		ctx = live.Context()
+		stop := context.AfterFunc(ctx, func() { x.stream.Close() })
+		defer stop()
+		defer live.End(sessions.ReasonCompleted)
 	}
 	token, err := h.Token()
 	if err != nil {
@@ -213,7 +227,7 @@ func writeStatusResponse(w io.Writer, code int, msg string) error {
 		Reason: statusReason(code),
 	})
 	body = append(body, '\n')
-	resp := &http.Response{StatusCode: code, Header: http.Header{"Content-Type": {"application/json"}}}
+	resp := &http.Response{StatusCode: code, Header: http.Header{"Content-Type": {"application/json"}, "Warning": {kreq.Warning(msg)}}}
 	if err := writeHead(w, resp, int64(len(body)), false); err != nil {
 		return err
 	}
@@ -244,4 +258,21 @@ func clipPath(p string) string {
 		return "/"
 	}
 	return strings.ToValidUTF8(p, "\uFFFD")
+}
+
+// track registers a long-lived stream with the worker's session registry,
+// so that a lock or kill pushed by the proxy, or the grant's expiry, ends it
+// on this hop too. Short requests are not tracked.
+func (h *Handler) track(ctx context.Context, x *exchange, info kreq.Info) (*sessions.Live, error) {
+	if h.Sessions == nil {
+		return nil, nil
+	}
+	kind, target, ok := sessions.KindOf(info, x.req.URL.Query())
+	if !ok {
+		return nil, nil
+	}
+	return h.Sessions.Register(ctx, sessions.Session{
+		ID: x.grant.SessionID, Principal: x.grant.Principal, Cluster: h.Cluster.Name,
+		Kind: kind, Target: target, Expires: x.grant.ExpiresAt,
+	})
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/limenhq/limen/gateway/kreq"
 	"github.com/limenhq/limen/gateway/policy"
 	"github.com/limenhq/limen/gateway/recording"
+	"github.com/limenhq/limen/gateway/sessions"
 )
 
 // Rechecker is the worker's own policy: which of the granted groups it
@@ -42,7 +43,16 @@ type Handler struct {
 	Upstream  *url.URL
 	Transport http.RoundTripper
 	// Token returns the worker's current ServiceAccount token.
-	Token  func() (string, error)
+	Token func() (string, error)
+	// Locks and Sessions are the worker's own copy of the proxy's locks and
+	// its live streams; nil means nobody is locked and streams are not
+	// tracked.
+	Locks interface {
+		Check(identity.Principal, time.Time) error
+	}
+	Sessions interface {
+		Register(ctx context.Context, s sessions.Session) (*sessions.Live, error)
+	}
 	Logger *slog.Logger
 	Now    func() time.Time
 	// Events stores session.start and session.end in the proxy's audit
@@ -116,6 +126,11 @@ func (h *Handler) admit(ctx context.Context, token []byte, req *http.Request) (g
 				"this Limen worker does not serve the requested cluster", "grant for another cluster: " + err.Error()}
 		}
 		return g, kpath.Path{}, nil, &refusal{http.StatusForbidden, "Limen grant refused: " + err.Error(), "grant: " + err.Error()}
+	}
+	if h.Locks != nil {
+		if err := h.Locks.Check(g.Principal, h.Now()); err != nil {
+			return g, kpath.Path{}, nil, &refusal{http.StatusForbidden, err.Error(), "locked: " + err.Error()}
+		}
 	}
 	rawPath, _, _ := strings.Cut(req.RequestURI, "?")
 	path, err := kpath.Parse(rawPath)
