@@ -3,12 +3,18 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
+	"net"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/creack/pty"
 
 	"github.com/limenhq/limen/gateway/sessions"
 	"github.com/limenhq/limen/test/cluster/clustertest"
@@ -32,7 +38,14 @@ func admin(t *testing.T, args ...string) string {
 func openStream(t *testing.T, kubeconfig string, args ...string) (*exec.Cmd, <-chan error) {
 	t.Helper()
 	cmd := exec.Command(clustertest.Kubectl(t, ""), append([]string{"--kubeconfig", kubeconfig}, args...)...)
-	if err := cmd.Start(); err != nil {
+	if slices.Contains(args, "-it") { // a terminal, as a person's exec -it has
+		tty, err := pty.Start(cmd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() { _, _ = io.Copy(io.Discard, tty) }()
+		t.Cleanup(func() { tty.Close() })
+	} else if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
@@ -67,12 +80,15 @@ func TestLockEndsOpenStreams(t *testing.T) {
 	ns := clustertest.Namespace(t)
 	clustertest.RunPod(t, ns, "talker", []string{"sh", "-c", "while true; do echo tick; sleep 5; done"}, false)
 	kc := userKubeconfig(t, "alice")
+	web := listenLoopback(t)
 	kinds := []struct {
 		name string
 		args []string
 	}{
 		{"watch", []string{"-n", ns, "get", "configmaps", "-w"}},
 		{"logs", []string{"-n", ns, "logs", "-f", "talker"}},
+		{"exec", []string{"-n", ns, "exec", "-it", "talker", "--", "sh"}},
+		{"portforward", []string{"-n", ns, "port-forward", "pod/talker", fmt.Sprintf(":%d", web)}},
 	}
 	for _, k := range kinds {
 		t.Run(k.name, func(t *testing.T) {
@@ -103,6 +119,27 @@ func TestLockEndsOpenStreams(t *testing.T) {
 			}
 		})
 	}
+}
+
+// listenLoopback holds a loopback port open for the test (a pod's port on
+// the fake node) and returns it.
+func listenLoopback(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	return l.Addr().(*net.TCPAddr).Port
 }
 
 func TestKillEndsOneSessionOnly(t *testing.T) {
