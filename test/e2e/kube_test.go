@@ -223,3 +223,32 @@ func TestKilledWorkerFailsCleanlyAndReconnects(t *testing.T) {
 		t.Fatalf("after the worker reconnected: %s", stderr)
 	}
 }
+
+func TestSecondWorkerTakesOverTheCluster(t *testing.T) {
+	e := gateway(t)
+	kc := userKubeconfig(t, "alice")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	kill, err := e.StartExtraWorker(ctx, "worker-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kill()
+	for i := range 10 { // spread over both workers
+		if _, stderr, code := kubectl(t, kc, "", "get", "configmaps"); code != 0 {
+			t.Fatalf("request %d with two workers: %s", i, stderr)
+		}
+	}
+	e.KillWorker()
+	defer func() {
+		if err := e.StartWorker(ctx, ""); err != nil {
+			t.Errorf("restart the first worker: %v", err)
+		}
+	}()
+	time.Sleep(500 * time.Millisecond) // the proxy notices the dead session
+	for i := range 10 {
+		if _, stderr, code := kubectl(t, kc, "", "get", "configmaps"); code != 0 {
+			t.Fatalf("request %d after the first worker died: %s", i, stderr)
+		}
+	}
+}

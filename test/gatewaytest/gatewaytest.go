@@ -357,3 +357,36 @@ func repoRoot() (string, error) {
 	}
 	return root, nil
 }
+
+// StartExtraWorker enrolls and starts another worker for the same cluster,
+// with its own data directory, and returns a func that kills it.
+func (e *Env) StartExtraWorker(ctx context.Context, name string) (func(), error) {
+	token, err := e.Limen(ctx, "admin", "", "tokens", "create", "--cluster", ClusterName, "--ttl", "10m")
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(e.Bin, "worker", "--proxy", e.ProxyAddr, "--kube-cluster", ClusterName,
+		"--data-dir", filepath.Join(e.Dir, name), "--join-token", strings.TrimSpace(token),
+		"--kube-api-server", e.Cluster.Server, "--kube-ca-file", e.Cluster.CAFile, "--kube-token-file", e.TokenFile,
+		"--kube-cluster-label", "env=dev")
+	lines, err := e.spawn(cmd, name)
+	if err != nil {
+		return nil, err
+	}
+	deadline := time.After(30 * time.Second)
+	for {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				return nil, fmt.Errorf("worker %s exited; see %s", name, filepath.Join(e.Dir, name+".log"))
+			}
+			if strings.HasPrefix(l, "Worker for cluster") { // enrolled; the tunnel follows
+				time.Sleep(time.Second)
+				return func() { _ = cmd.Process.Kill() }, nil
+			}
+		case <-deadline:
+			_ = cmd.Process.Kill()
+			return nil, fmt.Errorf("worker %s did not enroll within 30s", name)
+		}
+	}
+}
