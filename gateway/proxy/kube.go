@@ -7,7 +7,6 @@ package proxy
 import (
 	"context"
 	"crypto/ed25519"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,8 +14,6 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"time"
-
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/limenhq/limen/gateway/audit"
 	"github.com/limenhq/limen/gateway/grant"
@@ -209,34 +206,12 @@ func (k *Kube) denied(r *http.Request, p identity.Principal, cluster, reason str
 	}
 }
 
-// writeStatus answers with a Kubernetes Status object, so kubectl prints
-// the message as it prints the API server's own errors.
+// writeStatus answers the request itself (kreq.Refusal).
 func writeStatus(w http.ResponseWriter, code int, msg string) {
-	st := metav1.Status{
-		TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
-		Status:   metav1.StatusFailure, Message: msg, Code: int32(code),
-		Reason: reasonFor(code),
+	h, body := kreq.Refusal(code, msg)
+	for k, v := range h {
+		w.Header()[k] = v
 	}
-	b, _ := json.Marshal(st)
-	// kubectl prints a Warning header even where it cannot decode the body
-	// (discovery requests), so the reason always reaches the user.
-	w.Header().Set("Warning", kreq.Warning(msg))
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(code)
-	_, _ = w.Write(append(b, '\n'))
-}
-
-func reasonFor(code int) metav1.StatusReason {
-	switch code {
-	case http.StatusBadRequest:
-		return metav1.StatusReasonBadRequest
-	case http.StatusUnauthorized:
-		return metav1.StatusReasonUnauthorized
-	case http.StatusForbidden:
-		return metav1.StatusReasonForbidden
-	case http.StatusServiceUnavailable:
-		return metav1.StatusReasonServiceUnavailable
-	}
-	return metav1.StatusReasonInternalError
+	_, _ = w.Write(body)
 }

@@ -3,7 +3,6 @@ package worker
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -12,8 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/limenhq/limen/gateway/audit"
 	"github.com/limenhq/limen/gateway/grant"
@@ -221,30 +218,12 @@ func writeHead(w io.Writer, resp *http.Response, length int64, upgrade bool) err
 // writeStatusResponse writes a complete response carrying a Kubernetes
 // Status, as the API server words its own errors.
 func writeStatusResponse(w io.Writer, code int, msg string) error {
-	body, _ := json.Marshal(metav1.Status{
-		TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
-		Status:   metav1.StatusFailure, Message: msg, Code: int32(code),
-		Reason: statusReason(code),
-	})
-	body = append(body, '\n')
-	resp := &http.Response{StatusCode: code, Header: http.Header{"Content-Type": {"application/json"}, "Warning": {kreq.Warning(msg)}}}
-	if err := writeHead(w, resp, int64(len(body)), false); err != nil {
+	h, body := kreq.Refusal(code, msg)
+	if err := writeHead(w, &http.Response{StatusCode: code, Header: h}, int64(len(body)), false); err != nil {
 		return err
 	}
 	_, err := w.Write(body)
 	return err
-}
-
-func statusReason(code int) metav1.StatusReason {
-	switch code {
-	case http.StatusBadRequest:
-		return metav1.StatusReasonBadRequest
-	case http.StatusForbidden:
-		return metav1.StatusReasonForbidden
-	case http.StatusServiceUnavailable:
-		return metav1.StatusReasonServiceUnavailable
-	}
-	return metav1.StatusReasonInternalError
 }
 
 // clipPath keeps an unparsed path auditable without letting it grow the

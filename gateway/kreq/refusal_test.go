@@ -15,3 +15,14 @@ func TestWarning(t *testing.T) {
 		}
 	}
 }
+
+func TestRefusal(t *testing.T) {
+	h, body := Refusal(403, `user bob is locked: "incident"`)
+	if h.Get("Content-Type") != "application/json" || h.Get("Warning") != `299 - "user bob is locked: 'incident'"` {
+		t.Fatalf("headers %v", h)
+	}
+	want := `{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"user bob is locked: \"incident\"","reason":"Forbidden","code":403}` + "\n"
+	if string(body) != want {
+		t.Fatalf("body %s, want %s", body, want)
+	}
+}
