@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -187,61 +186,6 @@ func castHas(evs []recording.Event, code, data string) bool {
 		}
 	}
 	return false
-}
-
-// lineScreen accumulates a reader's output for waiting on text.
-type lineScreen struct {
-	ch  chan []byte
-	all bytes.Buffer
-}
-
-func newLineScreen(r io.Reader) *lineScreen {
-	s := &lineScreen{ch: make(chan []byte, 1024)}
-	go func() {
-		br := bufio.NewReader(r)
-		buf := make([]byte, 4096)
-		for {
-			n, err := br.Read(buf)
-			if n > 0 {
-				s.ch <- bytes.Clone(buf[:n])
-			}
-			if err != nil {
-				close(s.ch)
-				return
-			}
-		}
-	}()
-	return s
-}
-
-func (s *lineScreen) pull(wait time.Duration) bool {
-	select {
-	case b, ok := <-s.ch:
-		if !ok {
-			return false
-		}
-		s.all.Write(b)
-		return true
-	case <-time.After(wait):
-		return false
-	}
-}
-
-func (s *lineScreen) has(text string) bool {
-	for s.pull(10 * time.Millisecond) {
-	}
-	return strings.Contains(s.all.String(), text)
-}
-
-func (s *lineScreen) waitFor(t *testing.T, text string) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !strings.Contains(s.all.String(), text) {
-		if time.Now().After(deadline) {
-			t.Fatalf("did not see %q; output so far:\n%s", text, s.all.String())
-		}
-		s.pull(100 * time.Millisecond)
-	}
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }

@@ -153,12 +153,7 @@ func portForward(t *testing.T, c streamClient, kubeconfig, ns, pod string, port 
 		}
 	}
 	t.Cleanup(stop)
-	s := newLineScreen(stdout)
-	s.waitFor(t, "Forwarding from 127.0.0.1:")
-	for !strings.Contains(s.all.String(), "\n") {
-		s.pull(100 * time.Millisecond)
-	}
-	line, _, _ := strings.Cut(s.all.String()[strings.Index(s.all.String(), "Forwarding from 127.0.0.1:"):], "\n")
+	line := clustertest.NewScreen(stdout).WaitForLine(t, "Forwarding from 127.0.0.1:")
 	return strings.Fields(strings.TrimPrefix(line, "Forwarding from "))[0], stop
 }
 

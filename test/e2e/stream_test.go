@@ -92,21 +92,21 @@ func TestStreamExecTTYWithResize(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); ptmx.Close() }()
-			screen := newLineScreen(ptmx)
+			screen := clustertest.NewScreen(ptmx)
 			send := func(s string) { _, _ = io.WriteString(ptmx, s) }
 			send("stty size\n")
-			screen.waitFor(t, "30 100")
+			screen.WaitFor(t, "30 100")
 			if err := pty.Setsize(ptmx, &pty.Winsize{Cols: 132, Rows: 43}); err != nil {
 				t.Fatal(err)
 			}
 			deadline := time.Now().Add(10 * time.Second)
-			for !screen.has("43 132") && time.Now().Before(deadline) {
+			for !screen.Has("43 132") && time.Now().Before(deadline) {
 				send("stty size\n") // the resize travels asynchronously
 				time.Sleep(200 * time.Millisecond)
 			}
-			screen.waitFor(t, "43 132")
+			screen.WaitFor(t, "43 132")
 			send("echo typed-$((6*7))\n")
-			screen.waitFor(t, "typed-42")
+			screen.WaitFor(t, "typed-42")
 			send("exit 3\n")
 			var ee *exec.ExitError
 			if err := cmd.Wait(); !errors.As(err, &ee) || ee.ExitCode() != 3 {
@@ -156,11 +156,11 @@ func TestStreamAttach(t *testing.T) {
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
-			screen := newLineScreen(stdout)
-			screen.waitFor(t, "tick ")
+			screen := clustertest.NewScreen(stdout)
+			screen.WaitFor(t, "tick ")
 			time.Sleep(500 * time.Millisecond)
-			screen.has("")
-			seen := screen.all.String()
+			screen.Has("")
+			seen := screen.String()
 			_ = cmd.Process.Signal(os.Interrupt)
 			_ = cmd.Wait()
 

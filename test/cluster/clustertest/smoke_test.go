@@ -1,7 +1,6 @@
 package clustertest_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -93,20 +92,20 @@ func TestExecTTYWithResize(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); ptmx.Close() }()
-			screen := newScreen(ptmx)
+			screen := clustertest.NewScreen(ptmx)
 			send := func(s string) { _, _ = io.WriteString(ptmx, s) }
 			send("stty size; tty\n")
-			screen.waitFor(t, "30 100")
-			screen.waitFor(t, "/dev/pts/")
+			screen.WaitFor(t, "30 100")
+			screen.WaitFor(t, "/dev/pts/")
 			if err := pty.Setsize(ptmx, &pty.Winsize{Cols: 132, Rows: 43}); err != nil {
 				t.Fatal(err)
 			}
 			deadline := time.Now().Add(10 * time.Second)
-			for !screen.has("43 132") && time.Now().Before(deadline) {
+			for !screen.Has("43 132") && time.Now().Before(deadline) {
 				send("stty size\n") // the resize travels asynchronously
 				time.Sleep(200 * time.Millisecond)
 			}
-			screen.waitFor(t, "43 132")
+			screen.WaitFor(t, "43 132")
 			send("exit 3\n")
 			err = cmd.Wait()
 			if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 3 {
@@ -134,10 +133,10 @@ func TestAttachAndLogsFollow(t *testing.T) {
 			defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
 			// Two successive ticks prove the output streams rather than
 			// arriving at once at the end.
-			screen := newScreen(stdout)
-			first := screen.waitForLine(t, "tick ")
+			screen := clustertest.NewScreen(stdout)
+			first := screen.WaitForLine(t, "tick ")
 			n, _ := strconv.Atoi(strings.TrimPrefix(first, "tick "))
-			screen.waitFor(t, fmt.Sprintf("tick %d", n+3))
+			screen.WaitFor(t, fmt.Sprintf("tick %d", n+3))
 		})
 	}
 }
@@ -167,7 +166,7 @@ func TestPortForward(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-			line := newScreen(stdout).waitForLine(t, "Forwarding from 127.0.0.1:")
+			line := clustertest.NewScreen(stdout).WaitForLine(t, "Forwarding from 127.0.0.1:")
 			local := strings.Fields(strings.TrimPrefix(line, "Forwarding from "))[0]
 			for i := range 3 {
 				resp, err := http.Get(fmt.Sprintf("http://%s/req%d", local, i))
@@ -230,78 +229,4 @@ func contains(xs []string, x string) bool {
 		}
 	}
 	return false
-}
-
-// screen accumulates a reader's output for waiting on text.
-type screen struct {
-	lines chan string
-	buf   chan []byte
-	all   bytes.Buffer
-}
-
-func newScreen(r io.Reader) *screen {
-	s := &screen{lines: make(chan string, 1024), buf: make(chan []byte, 1024)}
-	go func() {
-		br := bufio.NewReader(r)
-		for {
-			line, err := br.ReadString('\n')
-			if line != "" {
-				s.buf <- []byte(line)
-			}
-			if err != nil {
-				close(s.buf)
-				return
-			}
-		}
-	}()
-	return s
-}
-
-func (s *screen) pull(wait time.Duration) bool {
-	select {
-	case b, ok := <-s.buf:
-		if !ok {
-			return false
-		}
-		s.all.Write(b)
-		return true
-	case <-time.After(wait):
-		return false
-	}
-}
-
-func (s *screen) has(text string) bool {
-	for s.pull(10 * time.Millisecond) {
-	}
-	return strings.Contains(s.all.String(), text)
-}
-
-func (s *screen) waitFor(t *testing.T, text string) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !strings.Contains(s.all.String(), text) {
-		if time.Now().After(deadline) {
-			t.Fatalf("did not see %q; output so far:\n%s", text, s.all.String())
-		}
-		s.pull(100 * time.Millisecond)
-	}
-}
-
-// waitForLine returns the first complete line, from the output not yet
-// matched, that starts with prefix.
-func (s *screen) waitForLine(t *testing.T, prefix string) string {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		for _, l := range strings.Split(s.all.String(), "\n") {
-			l = strings.TrimRight(l, "\r")
-			if strings.HasPrefix(l, prefix) && strings.HasSuffix(s.all.String(), "\n") {
-				return l
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no line starting %q; output so far:\n%s", prefix, s.all.String())
-		}
-		s.pull(100 * time.Millisecond)
-	}
 }
