@@ -77,6 +77,7 @@ command (data.limen.admin.allow).`,
 	f.Duration("grant-ttl", proxy.DefaultGrantTTL, "longest life of a grant: a stream (exec, port-forward, watch) ends when its grant expires; never past the user's certificate")
 	f.StringSlice("cluster-label", nil, "label the policy sees for a cluster, NAME:KEY=VALUE (repeatable; workers must agree)")
 	addPolicyFlags(f)
+	addDebugFlags(f)
 	return cmd
 }
 
@@ -250,6 +251,9 @@ func runProxy(cmd *cobra.Command, _ []string) error {
 	}
 	defer s.Close()
 	go func() { _ = s.Policy.Run(cmd.Context()) }()
+	if err := serveDebug(cmd.Context(), v, log); err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", c.Listen)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)

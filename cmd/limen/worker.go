@@ -46,6 +46,7 @@ the in-cluster values.`,
 	f.Bool("enroll-only", false, "enroll (if needed) and exit without serving")
 	addWorkerKubeFlags(f)
 	addPolicyFlags(f)
+	addDebugFlags(f)
 	return cmd
 }
 
@@ -106,6 +107,9 @@ func runWorker(cmd *cobra.Command, _ []string) error {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+	if err := serveDebug(cmd.Context(), v, log); err != nil {
+		return err
+	}
 	err = runWorkerGateway(cmd.Context(), v, kc, w, c.DataDir, log)
 	if cmd.Context().Err() != nil {
 		return nil // stopped by a signal
