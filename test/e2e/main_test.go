@@ -48,16 +48,28 @@ func gateway(t *testing.T) *gatewaytest.Env {
 	return shared.env
 }
 
-// userKubeconfig logs user in (once per test) and returns their kubeconfig.
+// userKubeconfig logs user in once per test binary (the proxy rate-limits
+// logins, as it should) and returns their kubeconfig.
 func userKubeconfig(t *testing.T, user string) string {
 	t.Helper()
 	e := gateway(t)
+	logins.Lock()
+	defer logins.Unlock()
+	if kc, ok := logins.kubeconfigs[user]; ok {
+		return kc
+	}
 	kc, err := e.Login(context.Background(), user)
 	if err != nil {
 		t.Fatalf("login %s: %v", user, err)
 	}
+	logins.kubeconfigs[user] = kc
 	return kc
 }
+
+var logins = struct {
+	sync.Mutex
+	kubeconfigs map[string]string
+}{kubeconfigs: map[string]string{}}
 
 // kubectl runs kubectl with a kubeconfig and returns stdout, stderr and the
 // exit code.
