@@ -68,18 +68,18 @@ func (r *Results) Markdown(w io.Writer) {
 		}
 		fmt.Fprintf(w, "| %s | %s | %s |\n", g.Text, g.Figure, met)
 	}
+	if len(r.Profiles) > 0 {
+		fmt.Fprintf(w, "\n## Where the time goes\n\nProfiles of the proxy and worker taken because a goal is not met.\n")
+		for _, p := range r.Profiles {
+			fmt.Fprintf(w, "\n### %s\n\n```\n%s\n```\n", p.Title, strings.TrimSpace(p.Text))
+		}
+	}
 	fmt.Fprintf(w, "\n## Figures\n\n")
 	var t table
 	r.latencyRows(&t)
 	r.resourceRows(&t)
 	r.streamRows(&t)
 	t.write(w)
-	if len(r.Profiles) > 0 {
-		fmt.Fprintf(w, "\n## Where the time goes\n\n")
-		for _, p := range r.Profiles {
-			fmt.Fprintf(w, "```\n%s\n```\n\n", strings.TrimSpace(p))
-		}
-	}
 	if len(r.Notes) > 0 {
 		fmt.Fprintf(w, "\n## Notes\n\nWith the warnings the proxy and worker logged; some come from the harness closing watches and ending a load mid-request.\n\n")
 		for _, n := range r.Notes {

@@ -29,11 +29,14 @@ type Results struct {
 	Watch   WatchMemory
 	Streams []StreamPair
 	Policy  []PolicyResult
-	// Profiles are perf and strace reports of the proxy and worker, taken
-	// when a goal is not met.
-	Profiles []string
+	// Profiles are pprof summaries of the proxy and worker and strace's
+	// fsync count, taken when a goal is not met.
+	Profiles []Profile
 	Notes    []string
 }
+
+// Profile is one section of "Where the time goes": preformatted text.
+type Profile struct{ Title, Text string }
 
 // CellPair is one latency cell measured direct and through Limen.
 type CellPair struct {

@@ -53,15 +53,28 @@ type Env struct {
 	TokenFile   string // the worker's ServiceAccount token
 	Log         io.Writer
 
+	opts   Options
 	mu     sync.Mutex
 	proxy  *exec.Cmd
 	worker *exec.Cmd
 }
 
+// Options are extra command-line arguments for the proxy and the worker,
+// passed on every start (StartProxy, StartWorker), for example
+// --debug-listen.
+type Options struct {
+	ProxyArgs, WorkerArgs []string
+}
+
 // Start builds limen, applies deploy/kube, and starts the proxy and one
 // worker. Progress lines go to log.
 func Start(ctx context.Context, c *controlplane.Cluster, dir string, log io.Writer) (*Env, error) {
-	e := &Env{Cluster: c, Dir: dir, Log: log}
+	return StartWith(ctx, c, dir, log, Options{})
+}
+
+// StartWith is Start with extra arguments for the proxy and worker.
+func StartWith(ctx context.Context, c *controlplane.Cluster, dir string, log io.Writer, opts Options) (*Env, error) {
+	e := &Env{Cluster: c, Dir: dir, Log: log, opts: opts}
 	root, err := repoRoot()
 	if err != nil {
 		return nil, err
@@ -140,6 +153,7 @@ func (e *Env) StartProxy(ctx context.Context) error {
 	}
 	cmd := exec.Command(e.Bin, "proxy", "--listen", listen, "--data-dir", e.proxyDir(),
 		"--clusters", ClusterName, "--cluster-label", ClusterName+":env=dev")
+	cmd.Args = append(cmd.Args, e.opts.ProxyArgs...)
 	lines, err := e.spawn(cmd, "proxy")
 	if err != nil {
 		return err
@@ -177,7 +191,7 @@ func (e *Env) StartWorker(ctx context.Context, token string) error {
 	if token != "" {
 		args = append(args, "--join-token", token)
 	}
-	cmd := exec.Command(e.Bin, args...)
+	cmd := exec.Command(e.Bin, append(args, e.opts.WorkerArgs...)...)
 	if _, err := e.spawn(cmd, "worker"); err != nil {
 		return err
 	}

@@ -52,7 +52,7 @@ func main() {
 	flag.StringVar(&c.label, "label", "", "how the run was invoked (for example \"make bench\"), for the report")
 	flag.StringVar(&c.kubectl, "kubectl", "", "kubectl for the exec and port-forward figures (default: the newest installed)")
 	flag.BoolVar(&c.keep, "keep", false, "keep the working directory (logs of the control plane, proxy and worker)")
-	flag.BoolVar(&c.profile, "profile", false, "when a goal is not met, sample the proxy and worker with perf and strace for the report (default on without -quick)")
+	flag.BoolVar(&c.profile, "profile", false, "profile the proxy and worker (pprof, and strace for fsync) for the report when a goal is not met (default on without -quick)")
 	flag.IntVar(&c.requests, "requests", 0, "requests per latency cell (default 2000; 250 with -quick)")
 	flag.IntVar(&c.watches, "watches", 0, "idle watches (default 1000; 200 with -quick)")
 	flag.Parse()

@@ -26,10 +26,13 @@ func measure(ctx context.Context, c config, s *setup, r *bench.Results) error {
 	if err := latency(ctx, c, s, r); err != nil {
 		return err
 	}
-	watches(ctx, c, s, r)
+	watchProf := watches(ctx, c, s, r)
 	// Profile before the streams: their recordings upload for a while after.
 	if c.profile && slices.ContainsFunc(r.Goals(), func(g bench.Goal) bool { return !g.Met }) {
 		diagnose(ctx, c, s, r)
+		if watchProf != nil {
+			r.Profiles = append(r.Profiles, *watchProf)
+		}
 	}
 	streams(ctx, c, s, r)
 	r.Recording = recordingState(s)
@@ -131,27 +134,38 @@ func (a cpuTimes) minus(b cpuTimes) cpuTimes {
 	return cpuTimes{a.apiserver - b.apiserver, a.proxy - b.proxy, a.worker - b.worker}
 }
 
+func mib(b int64) string { return fmt.Sprintf("%d MiB", b>>20) }
+
 func rss(pid int) int64 {
 	v, _ := bench.RSS(pid)
 	return v
 }
 
 // watches opens c.watches idle watches direct, then through Limen, and
-// reads the memory they add to each process.
-func watches(ctx context.Context, c config, s *setup, r *bench.Results) {
+// reads the memory they add to each process. With c.profile it returns what
+// the heap and goroutine profiles say the Limen watches added.
+func watches(ctx context.Context, c config, s *setup, r *bench.Results) (prof *bench.Profile) {
 	r.Watch.N = c.watches
 	url := "/api/v1/namespaces/" + nsWatch + "/configmaps?watch=1&timeoutSeconds=1800"
 	for _, t := range []target{s.direct, s.limen} {
 		time.Sleep(2 * time.Second)
+		heap := c.profile && t.name == "limen"
+		var before heapSnap
+		if heap {
+			before, heap = snapOrNote(ctx, s, r, "watch-before")
+		}
 		a0, p0, w0 := rss(s.apiserver), rss(s.proxy), rss(s.worker)
 		ws, err := bench.OpenWatches(ctx, t.client, t.base+url, c.watches)
 		if err != nil {
 			r.Watch.Err = fmt.Sprintf("%s: %v", t.name, err)
 			progress(os.Stderr, "watches: %s", r.Watch.Err)
-			return
+			return nil
 		}
 		time.Sleep(3 * time.Second) // the watches are idle: let the processes settle
 		a1, p1, w1 := rss(s.apiserver), rss(s.proxy), rss(s.worker)
+		if heap {
+			prof = watchProfileOrNote(ctx, s, r, before, c.watches)
+		}
 		ws.Close()
 		if t.name == "direct" {
 			r.Watch.APIServerDirect = a1 - a0
@@ -161,6 +175,7 @@ func watches(ctx context.Context, c config, s *setup, r *bench.Results) {
 		progress(os.Stderr, "%-6s %d idle watches: API server %+d KiB, proxy %+d KiB, worker %+d KiB",
 			t.name, c.watches, (a1-a0)>>10, (p1-p0)>>10, (w1-w0)>>10)
 	}
+	return prof
 }
 
 // streams measures exec output and port-forward throughput with the real
@@ -179,6 +194,11 @@ func streams(ctx context.Context, c config, s *setup, r *bench.Results) {
 		pair := bench.StreamPair{Name: kind.name}
 		for _, t := range []target{s.direct, s.limen} {
 			k := bench.Kubectl{Path: c.kubectl, Kubeconfig: t.kubeconfig, Env: kind.env}
+			var wait func() (bench.Profile, error)
+			if c.profile && t.name == "limen" && len(r.Streams) == 0 { // the first kind: exec over WebSocket
+				wait = profileDuring(ctx, s, "Stream throughput: "+kind.name, "stream-exec-ws",
+					fmt.Sprintf("the %d exec runs of %s through Limen", c.streamRuns, mib(c.streamSize)), 10*time.Second)
+			}
 			var rates []float64
 			for range c.streamRuns {
 				var rate float64
@@ -193,6 +213,13 @@ func streams(ctx context.Context, c config, s *setup, r *bench.Results) {
 					break
 				}
 				rates = append(rates, rate)
+			}
+			if wait != nil {
+				if p, err := wait(); err != nil {
+					r.Notes = append(r.Notes, "stream CPU profile not taken: "+err.Error())
+				} else {
+					r.Profiles = append(r.Profiles, p)
+				}
 			}
 			if t.name == "direct" {
 				pair.Direct = bench.Median(rates)

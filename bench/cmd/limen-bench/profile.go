@@ -2,11 +2,9 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,19 +13,19 @@ import (
 	"github.com/limenhq/limen/bench"
 )
 
-// The proxy and worker have no profiling endpoint, and the harness does not
-// change them: it samples them from outside with perf (CPU, with call
-// stacks) and strace (time spent in fsync), while a load runs through Limen.
+// When a goal is not met, the harness profiles the proxy and worker through
+// their pprof endpoints (pprof.go) and counts the proxy's fsync calls with
+// strace, while a load runs through Limen.
 
-// underLoad runs GET requests through Limen at concurrency conc until f
+// underLoad runs requests of path through Limen at concurrency conc until f
 // returns, and returns how many completed.
-func underLoad(ctx context.Context, s *setup, conc int, f func() error) (int, error) {
+func underLoad(ctx context.Context, s *setup, path string, conc int, f func() error) (int, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	var done int
 	wg.Go(func() {
 		for ctx.Err() == nil {
-			cell, _ := bench.Load(ctx, s.limen.client, s.limen.base+getPath, conc, 100)
+			cell, _ := bench.Load(ctx, s.limen.client, s.limen.base+path, conc, 100)
 			if cell != nil {
 				done += cell.Hist.Len()
 			}
@@ -39,82 +37,6 @@ func underLoad(ctx context.Context, s *setup, conc int, f func() error) (int, er
 	return done, err
 }
 
-// perfProfile records the proxy and the worker with perf for d under a GET
-// load at concurrency 16 and returns perf's reports: where the CPU goes.
-func perfProfile(ctx context.Context, s *setup, d time.Duration) (string, error) {
-	perf, err := exec.LookPath("perf")
-	if err != nil {
-		return "", fmt.Errorf("perf is not installed")
-	}
-	procs := []struct {
-		name string
-		pid  int
-	}{{"proxy", s.proxy}, {"worker", s.worker}}
-	secs := strconv.Itoa(int(d.Seconds()))
-	n, err := underLoad(ctx, s, 16, func() error {
-		var wg sync.WaitGroup
-		errs := make([]error, len(procs))
-		for i, p := range procs {
-			wg.Go(func() {
-				data := filepath.Join(s.env.Dir, p.name+".perf.data")
-				out, err := exec.CommandContext(ctx, perf, "record", "-F", "499", "-g", "-o", data,
-					"-p", strconv.Itoa(p.pid), "--", "sleep", secs).CombinedOutput()
-				if err != nil {
-					errs[i] = fmt.Errorf("perf record %s: %w: %s", p.name, err, out)
-				}
-			})
-		}
-		wg.Wait()
-		return errors.Join(errs...)
-	})
-	if err != nil {
-		return "", err
-	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "perf record -F 499 -g -p <pid>, proxy and worker apart, for %s during %d GETs at c=16 through Limen\n", d, n)
-	for _, p := range procs {
-		data := filepath.Join(s.env.Dir, p.name+".perf.data")
-		for _, rep := range []struct {
-			title string
-			args  []string
-			only  func(string) bool
-		}{
-			{"self time, top symbols", []string{"--no-children", "--percent-limit", "1.5"}, nil},
-			{"time including callees, Limen's own functions", []string{"--children", "--percent-limit", "3"}, func(l string) bool {
-				return strings.Contains(l, "limenhq/limen/") || strings.Contains(l, "[.] main.")
-			}},
-		} {
-			args := append([]string{"report", "-i", data, "--stdio", "-g", "none", "--sort", "symbol"}, rep.args...)
-			out, err := exec.CommandContext(ctx, perf, args...).Output()
-			if err != nil {
-				return "", fmt.Errorf("perf report %s: %w", p.name, err)
-			}
-			fmt.Fprintf(&b, "\n%s — %s:\n%s\n", p.name, rep.title, perfLines(string(out), 25, rep.only))
-		}
-	}
-	return b.String(), nil
-}
-
-// perfLines keeps the sample lines of a perf report, at most limit, without
-// the padding and the empty trailing columns.
-func perfLines(report string, limit int, only func(string) bool) string {
-	var keep []string
-	for _, l := range strings.Split(report, "\n") {
-		f := strings.Fields(l)
-		if len(f) == 0 || strings.HasPrefix(f[0], "#") || (only != nil && !only(l)) {
-			continue
-		}
-		for len(f) > 0 && f[len(f)-1] == "-" {
-			f = f[:len(f)-1]
-		}
-		keep = append(keep, "  "+strings.Join(f, "  "))
-		if len(keep) == limit {
-			break
-		}
-	}
-	return strings.Join(keep, "\n")
-}
-
 // fsyncTrace counts the proxy's fsync calls with strace for d under a GET
 // load at concurrency 1: each request waits for its audit event's commit.
 func fsyncTrace(ctx context.Context, s *setup, d time.Duration) (string, error) {
@@ -123,7 +45,7 @@ func fsyncTrace(ctx context.Context, s *setup, d time.Duration) (string, error) 
 		return "", fmt.Errorf("strace is not installed")
 	}
 	var out []byte
-	n, err := underLoad(ctx, s, 1, func() error {
+	n, err := underLoad(ctx, s, getPath, 1, func() error {
 		tctx, cancel := context.WithTimeout(ctx, d)
 		defer cancel()
 		cmd := exec.CommandContext(tctx, strace, "-f", "-c", "-e", "trace=fsync,fdatasync,pwrite64,write", "-p", strconv.Itoa(s.proxy))
@@ -145,19 +67,34 @@ func fsyncTrace(ctx context.Context, s *setup, d time.Duration) (string, error) 
 		d, n, strings.TrimSpace(strings.Join(keep, "\n"))), nil
 }
 
-// diagnose samples the gateway processes for the report when a goal is not
-// met.
+// diagnose profiles the gateway processes for the report when a goal is not
+// met: CPU during GETs at c=1 and c=64 and LISTs at c=16, then the fsync
+// count.
 func diagnose(ctx context.Context, c config, s *setup, r *bench.Results) {
 	d := 10 * time.Second
 	if c.quick {
 		d = 3 * time.Second
 	}
-	for _, f := range []func(context.Context, *setup, time.Duration) (string, error){perfProfile, fsyncTrace} {
-		text, err := f(ctx, s, d)
+	get := "Added latency and CPU per request: GET one ConfigMap, "
+	for _, p := range []struct {
+		title, name, path string
+		conc              int
+	}{
+		{get + "c=1", "get-c1", getPath, 1},
+		{get + "c=64", "get-c64", getPath, 64},
+		{fmt.Sprintf("Added latency and CPU per request: LIST %d ConfigMaps, c=16", listSize), "list-c16", listPath, 16},
+	} {
+		prof, err := cpuProfiles(ctx, s, p.title, p.name, p.path, p.conc, d)
 		if err != nil {
-			r.Notes = append(r.Notes, "profile not taken: "+err.Error())
+			r.Notes = append(r.Notes, "CPU profile not taken: "+err.Error())
 			continue
 		}
-		r.Profiles = append(r.Profiles, text)
+		r.Profiles = append(r.Profiles, prof)
 	}
+	text, err := fsyncTrace(ctx, s, d)
+	if err != nil {
+		r.Notes = append(r.Notes, "strace not taken: "+err.Error())
+		return
+	}
+	r.Profiles = append(r.Profiles, bench.Profile{Title: "The proxy's fsync per request", Text: text})
 }

@@ -36,6 +36,10 @@ type setup struct {
 	// The processes whose CPU and memory are read from /proc.
 	apiserver, proxy, worker int
 	zeroPort                 int
+	// The proxy's and worker's pprof addresses (--debug-listen), and where
+	// their profiles are written.
+	proxyDebug, workerDebug string
+	out                     string
 }
 
 func run(ctx context.Context, c config) error {
@@ -67,6 +71,10 @@ func run(ctx context.Context, c config) error {
 		return err
 	}
 	defer stop()
+	s.out = filepath.Join(root, "bench", "out")
+	if err := os.MkdirAll(s.out, 0o755); err != nil {
+		return err
+	}
 
 	if err := measure(ctx, c, s, r); err != nil {
 		return err
@@ -105,12 +113,22 @@ func start(ctx context.Context, dir string) (_ *setup, stop func(), err error) {
 		return nil, stop, fmt.Errorf("control plane: %w", err)
 	}
 	stops = append(stops, cluster.Stop)
-	env, err := gatewaytest.Start(ctx, cluster, dir, os.Stderr)
+	var debug [2]string
+	for i := range debug {
+		port, err := freePort()
+		if err != nil {
+			return nil, stop, err
+		}
+		debug[i] = fmt.Sprintf("127.0.0.1:%d", port)
+	}
+	env, err := gatewaytest.StartWith(ctx, cluster, dir, os.Stderr, gatewaytest.Options{
+		ProxyArgs: []string{"--debug-listen", debug[0]}, WorkerArgs: []string{"--debug-listen", debug[1]}})
 	if err != nil {
 		return nil, stop, fmt.Errorf("limen: %w", err)
 	}
 	stops = append(stops, env.Stop)
-	s := &setup{cluster: cluster, env: env, apiserver: cluster.PID("kube-apiserver"), proxy: env.ProxyPID(), worker: env.WorkerPID()}
+	s := &setup{cluster: cluster, env: env, apiserver: cluster.PID("kube-apiserver"), proxy: env.ProxyPID(), worker: env.WorkerPID(),
+		proxyDebug: debug[0], workerDebug: debug[1]}
 	if s.apiserver == 0 || s.proxy == 0 || s.worker == 0 {
 		return nil, stop, fmt.Errorf("process ids: kube-apiserver %d, proxy %d, worker %d", s.apiserver, s.proxy, s.worker)
 	}
