@@ -89,7 +89,7 @@ func (streamTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err := req.Write(conn); err != nil {
 		return fail(fmt.Errorf("write request: %w", err))
 	}
-	br := bufio.NewReaderSize(conn, 32<<10)
+	br := bufio.NewReader(conn) // large reads bypass the buffer; an idle watch holds only 4 KiB
 	ev, err := audit.ReadEvent(br, 0)
 	if err != nil {
 		return fail(fmt.Errorf("read audit event from worker: %w", err))

@@ -86,7 +86,7 @@ func (h *Handler) ServeStream(ctx context.Context, stream net.Conn) {
 	defer stream.Close()
 	start := h.Now()
 	_ = stream.SetReadDeadline(start.Add(headerTimeout))
-	br := bufio.NewReaderSize(stream, 32<<10)
+	br := bufio.NewReader(stream) // large reads bypass the buffer; an idle stream holds only 4 KiB
 	token, err := grant.ReadPreamble(br, grant.MaxTokenSize)
 	if err != nil {
 		h.Logger.Warn("bad stream preamble", "err", err)
