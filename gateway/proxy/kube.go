@@ -13,6 +13,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/limenhq/limen/gateway/audit"
@@ -69,7 +71,8 @@ type Kube struct {
 	Logger   *slog.Logger
 	Now      func() time.Time
 
-	relay *httputil.ReverseProxy
+	relayOnce sync.Once
+	relay     *httputil.ReverseProxy
 }
 
 // DefaultGrantTTL is a grant's life when Kube.GrantTTL is zero. A grant
@@ -85,6 +88,7 @@ func (k *Kube) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	now := k.Now()
 	cluster, path, err := kpath.FromRequest(r)
 	if err != nil {
+		k.denied(r, identity.Principal{}, "", "non-canonical path: "+err.Error())
 		writeStatus(w, http.StatusBadRequest, "the request path is not canonical: "+err.Error())
 		return
 	}
@@ -197,9 +201,14 @@ func (k *Kube) untrack(r *http.Request, live *sessions.Live) {
 // denied records a refusal at the proxy. A refusal that cannot be audited
 // is still a refusal, so the error is only logged.
 func (k *Kube) denied(r *http.Request, p identity.Principal, cluster, reason string) {
+	// The path as the client sent it, without the query, clipped.
+	raw, _, _ := strings.Cut(r.RequestURI, "?")
+	if len(raw) > 1024 {
+		raw = raw[:1024]
+	}
 	ev := audit.Event{
 		Type: audit.TypeAuthDenied, Time: k.Now(), Principal: p, Cluster: cluster, ClientAddr: r.RemoteAddr,
-		Denied: &audit.Denied{Hop: audit.HopProxy, Reason: reason, Path: r.URL.Path},
+		Denied: &audit.Denied{Hop: audit.HopProxy, Reason: reason, Path: strings.ToValidUTF8(raw, "\uFFFD")},
 	}
 	if err := k.Audit.Emit(r.Context(), ev); err != nil {
 		k.Logger.Error("audit auth.denied", "err", err, "reason", reason)

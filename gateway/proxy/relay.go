@@ -34,9 +34,11 @@ type relayState struct {
 var errAuditUnavailable = errors.New("audit trail unavailable")
 
 func (k *Kube) relayProxy() *httputil.ReverseProxy {
-	if k.relay != nil {
-		return k.relay
-	}
+	k.relayOnce.Do(k.newRelay)
+	return k.relay
+}
+
+func (k *Kube) newRelay() {
 	k.relay = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			// The worker sees the path below /k8s/CLUSTER, byte for byte as
@@ -62,7 +64,6 @@ func (k *Kube) relayProxy() *httputil.ReverseProxy {
 			writeStatus(w, http.StatusBadGateway, "the request to the Limen worker failed: "+err.Error())
 		},
 	}
-	return k.relay
 }
 
 // streamTransport sends one request over its tunnel stream: the grant
