@@ -127,7 +127,7 @@ func (e *env) client(t *testing.T, p *identity.Principal) *adminapi.Client {
 		cfg.Certificates = []tls.Certificate{{Certificate: [][]byte{cert.Raw}, PrivateKey: key}}
 	}
 	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: cfg}, Timeout: 10 * time.Second}
-	return &adminapi.Client{Proxy: e.proxy, HTTP: hc}
+	return adminapi.NewClient(&authapi.Client{Proxy: e.proxy, HTTP: hc})
 }
 
 var (
