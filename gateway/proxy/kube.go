@@ -168,7 +168,7 @@ func (k *Kube) sign(r *http.Request, p identity.Principal, groups []string, clus
 // logs -f) and returns the context that ends when the session is locked,
 // killed or expires. Short requests are not tracked.
 func (k *Kube) track(r *http.Request, path kpath.Path, s sessions.Session) (context.Context, *sessions.Live, error) {
-	if k.Sessions == nil {
+	if k.Sessions == nil || !mayStream(r) {
 		return r.Context(), nil, nil
 	}
 	info, err := kreq.Classify(r, path)
@@ -185,6 +185,15 @@ func (k *Kube) track(r *http.Request, path kpath.Path, s sessions.Session) (cont
 		return nil, nil, err
 	}
 	return live.Context(), live, nil
+}
+
+// mayStream is a cheap test that keeps classification off the path of
+// ordinary requests: every kind sessions.KindOf accepts is an upgrade (exec,
+// attach, port-forward), a watch (?watch= or /watch/) or a followed log.
+func mayStream(r *http.Request) bool {
+	q := r.URL.RawQuery
+	return r.Header.Get("Upgrade") != "" || strings.Contains(q, "watch=") || strings.Contains(q, "follow=") ||
+		strings.Contains(r.URL.Path, "/watch/")
 }
 
 func (k *Kube) untrack(r *http.Request, live *sessions.Live) {
