@@ -66,11 +66,7 @@ plugin "limen kube credentials". Use it with the printed export line, or
 merge it with your own as KUBECONFIG=yours:this.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			v, err := loadConfig(cmd)
-			if err != nil {
-				return err
-			}
-			p, _, err := openProfile(v.GetString("proxy"))
+			p, err := commandProfile(cmd)
 			if err != nil {
 				return err
 			}
@@ -113,11 +109,7 @@ ExecCredential for kubectl. It never prompts: with no valid certificate it
 exits non-zero and says to run limen login.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			v, err := loadConfig(cmd)
-			if err != nil {
-				return err
-			}
-			p, _, err := openProfile(v.GetString("proxy"))
+			p, err := commandProfile(cmd)
 			if err != nil {
 				return err
 			}

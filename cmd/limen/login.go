@@ -76,6 +76,18 @@ func runLogin(cmd *cobra.Command, _ []string) error {
 }
 
 // openProfile resolves --proxy (or the current proxy) to its profile.
+// commandProfile opens the profile of the proxy named by the command's
+// --proxy (or LIMEN_PROXY, or the config file; default: the last one
+// logged in to).
+func commandProfile(cmd *cobra.Command) (*profile.Profile, error) {
+	v, err := loadConfig(cmd)
+	if err != nil {
+		return nil, err
+	}
+	p, _, err := openProfile(v.GetString("proxy"))
+	return p, err
+}
+
 func openProfile(proxy string) (*profile.Profile, string, error) {
 	home, err := profile.Home()
 	if err != nil {

@@ -12,11 +12,7 @@ func newLogoutCmd() *cobra.Command {
 		Short: "Remove the stored certificate and key for a proxy",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			v, err := loadConfig(cmd)
-			if err != nil {
-				return err
-			}
-			p, _, err := openProfile(v.GetString("proxy"))
+			p, err := commandProfile(cmd)
 			if err != nil {
 				return err
 			}

@@ -17,11 +17,7 @@ func newStatusCmd() *cobra.Command {
 		Short: "Show who you are logged in as, your traits, until when, and the clusters you may reach",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			v, err := loadConfig(cmd)
-			if err != nil {
-				return err
-			}
-			p, _, err := openProfile(v.GetString("proxy"))
+			p, err := commandProfile(cmd)
 			if err != nil {
 				return err
 			}
