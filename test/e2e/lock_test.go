@@ -152,7 +152,7 @@ func TestKillEndsOneSessionOnly(t *testing.T) {
 	waitOpen(t, "watch", 2)
 	var victim string
 	for _, id := range liveIDs(t) {
-		if !contains(before, id) {
+		if !slices.Contains(before, id) {
 			victim = id
 		}
 	}
@@ -186,15 +186,6 @@ func liveIDs(t *testing.T) []string {
 		}
 	}
 	return ids
-}
-
-func contains(xs []string, x string) bool {
-	for _, y := range xs {
-		if y == x {
-			return true
-		}
-	}
-	return false
 }
 
 func TestLocksSurviveProxyRestartAndAreAudited(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os/exec"
 	"strconv"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -202,7 +203,7 @@ func TestImpersonationWhoami(t *testing.T) {
 		t.Fatalf("decode whoami %q: %v", out, err)
 	}
 	u := review.Status.UserInfo
-	if u.Username != "alice" || !contains(u.Groups, "limen:view") {
+	if u.Username != "alice" || !slices.Contains(u.Groups, "limen:view") {
 		t.Fatalf("whoami = %+v, want alice in limen:view", u)
 	}
 }
@@ -220,13 +221,4 @@ func TestServerVersionIsPinned(t *testing.T) {
 
 func logTransports(t *testing.T) {
 	t.Logf("transports seen at the fake kubelet: %v", clustertest.Cluster(t).Kubelet.Seen())
-}
-
-func contains(xs []string, x string) bool {
-	for _, y := range xs {
-		if y == x {
-			return true
-		}
-	}
-	return false
 }
