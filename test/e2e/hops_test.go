@@ -270,9 +270,14 @@ func TestHopsWorkerEnforcesLocksItself(t *testing.T) {
 	h := newHops(t)
 	set := locks.NewSet()
 	h.worker.Locks = set
-	h.worker.Sessions = sessions.New(sessions.Config{Locks: set, Logger: slog.New(slog.DiscardHandler)})
+	tracked := sessions.New(sessions.Config{Locks: set, Logger: slog.New(slog.DiscardHandler)})
+	h.worker.Sessions = tracked
 	ended := h.watch(t)
-	time.Sleep(200 * time.Millisecond) // the watch is open and idle
+	// The watch's headers have arrived, so the worker tracks it: the lock
+	// below must end an open stream, not refuse a new one.
+	if live := liveSessions(tracked); live != 1 {
+		t.Fatalf("the worker tracks %d live sessions, want the watch", live)
+	}
 	set.Apply(locks.Change{Op: locks.OpSet, Lock: locks.Lock{
 		Target: locks.Target{Kind: identity.KindUser, Name: "alice"}, Reason: "pushed to the worker only",
 		CreatedBy: "user:admin", CreatedAt: time.Now(),
@@ -289,4 +294,14 @@ func TestHopsWorkerEnforcesLocksItself(t *testing.T) {
 	if ev := h.lastEvent(t, audit.TypeAuthDenied); ev.Denied.Hop != audit.HopWorker || !strings.Contains(ev.Denied.Reason, "locked") {
 		t.Fatalf("auth.denied = %+v", ev.Denied)
 	}
+}
+
+func liveSessions(r *sessions.Registry) int {
+	n := 0
+	for _, i := range r.List() {
+		if i.Live() {
+			n++
+		}
+	}
+	return n
 }

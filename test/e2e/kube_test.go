@@ -198,7 +198,7 @@ func TestKilledWorkerFailsCleanlyAndReconnects(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(time.Second) // the watch is open and idle
+	waitOpen(t, "watch", 1)
 	e.KillWorker()
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
@@ -239,13 +239,14 @@ func TestSecondWorkerTakesOverTheCluster(t *testing.T) {
 			t.Fatalf("request %d with two workers: %s", i, stderr)
 		}
 	}
-	e.KillWorker()
 	defer func() {
 		if err := e.StartWorker(ctx, ""); err != nil {
 			t.Errorf("restart the first worker: %v", err)
 		}
 	}()
-	time.Sleep(500 * time.Millisecond) // the proxy notices the dead session
+	if err := e.KillWorkerNoticed(ctx); err != nil {
+		t.Fatal(err)
+	}
 	for i := range 10 {
 		if _, stderr, code := kubectl(t, kc, "", "get", "configmaps"); code != 0 {
 			t.Fatalf("request %d after the first worker died: %s", i, stderr)

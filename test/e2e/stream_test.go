@@ -94,17 +94,14 @@ func TestStreamExecTTYWithResize(t *testing.T) {
 			defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); ptmx.Close() }()
 			screen := clustertest.NewScreen(ptmx)
 			send := func(s string) { _, _ = io.WriteString(ptmx, s) }
-			send("stty size\n")
-			screen.WaitFor(t, "30 100")
+			// kubectl sends the initial size and every resize on a stream of
+			// their own, so the shell may see them after it starts: ask until
+			// the size shows, as a person at the terminal would.
+			screen.Retype(t, send, "stty size", "30 100")
 			if err := pty.Setsize(ptmx, &pty.Winsize{Cols: 132, Rows: 43}); err != nil {
 				t.Fatal(err)
 			}
-			deadline := time.Now().Add(10 * time.Second)
-			for !screen.Has("43 132") && time.Now().Before(deadline) {
-				send("stty size\n") // the resize travels asynchronously
-				time.Sleep(200 * time.Millisecond)
-			}
-			screen.WaitFor(t, "43 132")
+			screen.Retype(t, send, "stty size", "43 132")
 			send("echo typed-$((6*7))\n")
 			screen.WaitFor(t, "typed-42")
 			send("exit 3\n")

@@ -313,6 +313,40 @@ func (e *Env) KillWorker() {
 	}
 }
 
+// KillWorkerNoticed kills the worker like KillWorker and returns once the
+// proxy has dropped its tunnel, as its log says.
+func (e *Env) KillWorkerNoticed(ctx context.Context) error {
+	before := e.proxyLogCount(proxyLogDisconnected)
+	e.KillWorker()
+	return e.waitProxyLog(ctx, proxyLogDisconnected, before+1)
+}
+
+// The proxy's log lines for a worker's tunnel being registered and dropped
+// (gateway/tunnel).
+const (
+	proxyLogConnected    = "tunnel: worker connected"
+	proxyLogDisconnected = "tunnel: worker disconnected"
+)
+
+func (e *Env) proxyLogCount(line string) int {
+	b, _ := os.ReadFile(filepath.Join(e.Dir, "proxy.log"))
+	return bytes.Count(b, []byte(line))
+}
+
+// waitProxyLog waits until the proxy's log holds line at least n times.
+func (e *Env) waitProxyLog(ctx context.Context, line string, n int) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for e.proxyLogCount(line) < n {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the proxy did not log %q %d times within 30s; see %s", line, n, filepath.Join(e.Dir, "proxy.log"))
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
 func (e *Env) stop(p **exec.Cmd) {
 	e.mu.Lock()
 	cmd := *p
@@ -383,6 +417,7 @@ func (e *Env) StartExtraWorker(ctx context.Context, name string) (func(), error)
 		"--data-dir", filepath.Join(e.Dir, name), "--join-token", strings.TrimSpace(token),
 		"--kube-api-server", e.Cluster.Server, "--kube-ca-file", e.Cluster.CAFile, "--kube-token-file", e.TokenFile,
 		"--kube-cluster-label", "env=dev")
+	connected := e.proxyLogCount(proxyLogConnected)
 	lines, err := e.spawn(cmd, name)
 	if err != nil {
 		return nil, err
@@ -395,7 +430,10 @@ func (e *Env) StartExtraWorker(ctx context.Context, name string) (func(), error)
 				return nil, fmt.Errorf("worker %s exited; see %s", name, filepath.Join(e.Dir, name+".log"))
 			}
 			if strings.HasPrefix(l, "Worker for cluster") { // enrolled; the tunnel follows
-				time.Sleep(time.Second)
+				if err := e.waitProxyLog(ctx, proxyLogConnected, connected+1); err != nil {
+					_ = cmd.Process.Kill()
+					return nil, fmt.Errorf("worker %s: %w", name, err)
+				}
 				return func() { _ = cmd.Process.Kill() }, nil
 			}
 		case <-deadline:

@@ -2,6 +2,7 @@ package clustertest
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -85,5 +86,30 @@ func (s *Screen) WaitForLine(t testing.TB, prefix string) string {
 			t.Fatalf("no line starting %q; output so far:\n%s", prefix, s.all.String())
 		}
 		s.pull(100 * time.Millisecond)
+	}
+}
+
+// Retype runs a shell command under a terminal again and again until its
+// output shows text, or fails the test after 20 s. It is for state that
+// arrives on its own schedule, such as a terminal size that kubectl sends on
+// a separate stream: each attempt waits until the shell has finished the
+// previous one (a numbered marker that the echoed input cannot contain), so
+// it polls the observable state, never a fixed time.
+func (s *Screen) Retype(t testing.TB, send func(string), command, text string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for attempt := 1; ; attempt++ {
+		from := s.all.Len()
+		send(fmt.Sprintf("%s; echo retype-$((%d+0))-done\n", command, attempt))
+		marker := fmt.Sprintf("retype-%d-done", attempt)
+		for !strings.Contains(s.all.String()[from:], marker) {
+			if time.Now().After(deadline) {
+				t.Fatalf("did not see %q after %d attempts of %q; output so far:\n%s", text, attempt, command, s.all.String())
+			}
+			s.pull(100 * time.Millisecond)
+		}
+		if strings.Contains(s.all.String()[from:], text) {
+			return
+		}
 	}
 }

@@ -95,18 +95,15 @@ func TestExecTTYWithResize(t *testing.T) {
 			defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); ptmx.Close() }()
 			screen := clustertest.NewScreen(ptmx)
 			send := func(s string) { _, _ = io.WriteString(ptmx, s) }
-			send("stty size; tty\n")
-			screen.WaitFor(t, "30 100")
+			send("tty\n")
 			screen.WaitFor(t, "/dev/pts/")
+			// The initial size and each resize travel on their own stream and
+			// may arrive after the shell starts: ask until they show.
+			screen.Retype(t, send, "stty size", "30 100")
 			if err := pty.Setsize(ptmx, &pty.Winsize{Cols: 132, Rows: 43}); err != nil {
 				t.Fatal(err)
 			}
-			deadline := time.Now().Add(10 * time.Second)
-			for !screen.Has("43 132") && time.Now().Before(deadline) {
-				send("stty size\n") // the resize travels asynchronously
-				time.Sleep(200 * time.Millisecond)
-			}
-			screen.WaitFor(t, "43 132")
+			screen.Retype(t, send, "stty size", "43 132")
 			send("exit 3\n")
 			err = cmd.Wait()
 			if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 3 {

@@ -55,7 +55,9 @@ type Cluster struct {
 }
 
 // Start builds (or reuses) the binaries and starts the whole control plane,
-// returning when the API server is ready and the node is registered.
+// returning when it is ready for use: the API server is ready, the node is
+// registered, and the controllers the tests rely on have acted (see
+// waitControllers).
 func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	progress := opts.Progress
 	if progress == nil {
@@ -100,6 +102,11 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	}
 	if err := c.startKubelet(ctx, p, kubeletPort, logger); err != nil {
 		return nil, err
+	}
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if err := waitControllers(wctx, c.Client); err != nil {
+		return nil, fmt.Errorf("control plane not ready for use: %w; logs in %s", err, c.Dir)
 	}
 	fmt.Fprintf(progress, "cluster: control plane up in %s; export KUBECONFIG=%s\n",
 		time.Since(start).Round(time.Millisecond), c.Kubeconfig)
