@@ -41,13 +41,13 @@ var player struct {
 }
 
 // asciinemaPlayer installs the asciinema-player npm package once per test
-// binary and returns a module that exports its asciicast loader. It skips
-// when node or npm is missing.
+// binary and returns a module that exports its asciicast loader. It fails
+// when node or npm is missing: .ci/run installs them.
 func asciinemaPlayer(t *testing.T) string {
 	t.Helper()
 	for _, tool := range []string{"node", "npm"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s is not installed: recordings cannot be checked with asciinema-player (install nodejs and npm)", tool)
+			t.Fatalf("%s is not installed: recordings cannot be checked with asciinema-player (install nodejs and npm)", tool)
 		}
 	}
 	player.once.Do(func() {

@@ -118,12 +118,12 @@ func limitFileSize(t *testing.T, n uint64) {
 	t.Helper()
 	var old syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_FSIZE, &old); err != nil {
-		t.Skipf("getrlimit: %v", err)
+		t.Fatalf("getrlimit: %v", err)
 	}
 	signal.Ignore(syscall.SIGXFSZ)
 	lim := syscall.Rlimit{Cur: n, Max: old.Max}
 	if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &lim); err != nil {
-		t.Skipf("setrlimit: %v", err)
+		t.Fatalf("setrlimit: %v", err)
 	}
 	t.Cleanup(func() {
 		_ = syscall.Setrlimit(syscall.RLIMIT_FSIZE, &old)
