@@ -23,6 +23,7 @@ func (s *proxyServer) mountLocks(ctx context.Context, dataDir string) error {
 	}
 	s.Locks = store
 	set := locks.NewSet()
+	s.LockSet = set
 	all, err := store.List(ctx, time.Now())
 	if err != nil {
 		return fmt.Errorf("lock store: %w", err)
@@ -57,7 +58,7 @@ func (s *proxyServer) mountLocks(ctx context.Context, dataDir string) error {
 		return locks.CheckAck(reply)
 	})
 	api, err := adminapi.New(adminapi.Config{
-		Locks: store, Sessions: s.Sessions, Admin: s.Policy, Principal: s.CA.PrincipalFromRequest, Audit: s.Audit,
+		LockStore: store, Locks: set, Sessions: s.Sessions, Admin: s.Policy, Principal: s.CA.PrincipalFromRequest, Audit: s.Audit,
 		Logger: s.Log.With("component", "admin"),
 		OnChange: func(ctx context.Context, c locks.Change) {
 			set.Apply(c)

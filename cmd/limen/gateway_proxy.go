@@ -1,14 +1,11 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"strings"
 	"time"
 
-	"github.com/limenhq/limen/gateway/audit"
-	"github.com/limenhq/limen/gateway/auth"
 	"github.com/limenhq/limen/gateway/identity"
 	"github.com/limenhq/limen/gateway/policy"
 	"github.com/limenhq/limen/gateway/proxy"
@@ -49,16 +46,4 @@ func newKube(s *proxyServer, labels map[string]map[string]string) *proxy.Kube {
 		Logger:   s.Log.With("component", "kube"),
 		Now:      time.Now,
 	}
-}
-
-// identityAuditor stores the identity layer's events (logins, tokens, user
-// changes) in the audit store.
-type identityAuditor struct{ sink audit.Sink }
-
-func (a identityAuditor) Emit(ctx context.Context, e auth.Event) error {
-	fields := map[string]string{"actor": e.Actor, "success": fmt.Sprint(e.Success)}
-	for k, v := range e.Fields {
-		fields[k] = v
-	}
-	return a.sink.Emit(ctx, audit.Event{Type: audit.Type(e.Type), Time: time.Now(), Fields: fields})
 }

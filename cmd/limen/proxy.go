@@ -140,8 +140,10 @@ type proxyServer struct {
 	Audit  *audit.Store
 	Mux    *http.ServeMux
 	Kube   *proxy.Kube
-	// Locks and Sessions are the lock store and the live-session registry.
+	// Locks and Sessions are the lock store and the live-session registry;
+	// LockSet is the locks in force, which every request is checked against.
 	Locks    *locks.Store
+	LockSet  *locks.Set
 	Sessions *sessions.Registry
 	// Hooks route control messages from workers and run on each worker
 	// connect; features register into it while the proxy is built.
@@ -172,23 +174,14 @@ func buildProxy(ctx context.Context, c proxyConfig, popts policy.Options, log *s
 	if s.Audit, err = audit.Open(ctx, audit.Path(c.DataDir), audit.Options{Logger: log}); err != nil {
 		return nil, fmt.Errorf("audit store: %w", err)
 	}
-	auditor := identityAuditor{sink: s.Audit}
 	if s.Users, err = users.Open(users.Path(c.DataDir), users.Options{}); err != nil {
 		s.Close()
 		return nil, err
 	}
-	if s.Tokens, err = enroll.OpenTokenStore(enroll.TokenStorePath(c.DataDir), enroll.TokenStoreOptions{Auditor: auditor}); err != nil {
+	if s.Tokens, err = enroll.OpenTokenStore(enroll.TokenStorePath(c.DataDir), enroll.TokenStoreOptions{Audit: s.Audit}); err != nil {
 		s.Close()
 		return nil, err
 	}
-	api, err := authapi.New(authapi.Config{CA: ca, Users: s.Users, Tokens: s.Tokens, Admin: pol,
-		Clusters: configuredClusters{engine: pol, names: c.Clusters, labels: c.ClusterLabels}, Workers: s.Tunnel,
-		Auditor: auditor, Logger: log})
-	if err != nil {
-		s.Close()
-		return nil, err
-	}
-	s.Mux.Handle("/v1/", api)
 	if err := s.mountRecordings(ctx, c.DataDir); err != nil {
 		s.Close()
 		return nil, err
@@ -199,6 +192,14 @@ func buildProxy(ctx context.Context, c proxyConfig, popts policy.Options, log *s
 		s.Close()
 		return nil, err
 	}
+	api, err := authapi.New(authapi.Config{CA: ca, Users: s.Users, Tokens: s.Tokens, Admin: pol,
+		Clusters: configuredClusters{engine: pol, names: c.Clusters, labels: c.ClusterLabels}, Workers: s.Tunnel,
+		Audit: s.Audit, Locks: s.LockSet, Logger: log})
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	s.Mux.Handle("/v1/", api)
 	return s, nil
 }
 

@@ -9,8 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/limenhq/limen/gateway/auth"
+	"github.com/limenhq/limen/gateway/audit"
 	"github.com/limenhq/limen/gateway/enroll"
+	"github.com/limenhq/limen/gateway/identity"
 )
 
 func TestTokensAndWorkerEnrollment(t *testing.T) {
@@ -61,13 +62,19 @@ func TestTokensAndWorkerEnrollment(t *testing.T) {
 		t.Fatalf("worker identity: %+v, %v", id, err)
 	}
 
-	// An expired token: created in the token store as of two hours ago.
-	store, err := enroll.OpenTokenStore(enroll.TokenStorePath(h.data), enroll.TokenStoreOptions{
-		Auditor: auth.SlogAuditor{Logger: slog.New(slog.DiscardHandler)}, Now: func() time.Time { return time.Now().Add(-2 * time.Hour) }})
+	// An expired token: created in the token store as of two hours ago, and
+	// audited in the running proxy's audit store.
+	trail, err := audit.Open(context.Background(), audit.Path(h.data), audit.Options{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	old, _, err := store.Create(context.Background(), "prod", time.Hour, h.fp, "user:root")
+	defer trail.Close()
+	store, err := enroll.OpenTokenStore(enroll.TokenStorePath(h.data), enroll.TokenStoreOptions{
+		Audit: trail, Now: func() time.Time { return time.Now().Add(-2 * time.Hour) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, _, err := store.Create(context.Background(), "prod", time.Hour, h.fp, identity.Principal{Kind: identity.KindUser, Name: "root"})
 	store.Close()
 	if err != nil {
 		t.Fatal(err)

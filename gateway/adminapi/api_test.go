@@ -14,14 +14,15 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/limenhq/limen/gateway/adminapi"
 	"github.com/limenhq/limen/gateway/audit"
 	"github.com/limenhq/limen/gateway/auth"
-	"github.com/limenhq/limen/gateway/authapi"
 	"github.com/limenhq/limen/gateway/identity"
+	"github.com/limenhq/limen/gateway/internal/apihttp"
 	"github.com/limenhq/limen/gateway/locks"
 	"github.com/limenhq/limen/gateway/sessions"
 )
@@ -67,6 +68,7 @@ func (s *sink) last(typ audit.Type) (audit.Event, bool) {
 
 type env struct {
 	proxy  string
+	skew   atomic.Int64 // added to the handler's clock
 	ca     *auth.Authority
 	store  *locks.Store
 	set    *locks.Set
@@ -91,7 +93,8 @@ func setup(t *testing.T) *env {
 	e.reg = sessions.New(sessions.Config{Locks: e.set, Logger: quiet})
 	t.Cleanup(func() { e.reg.Close(); store.Close() })
 	h, err := adminapi.New(adminapi.Config{
-		Locks: store, Sessions: e.reg, Admin: policy{}, Principal: ca.PrincipalFromRequest, Audit: e.audit,
+		LockStore: store, Locks: e.set, Sessions: e.reg, Admin: policy{}, Principal: ca.PrincipalFromRequest, Audit: e.audit,
+		Now:      func() time.Time { return time.Now().Add(time.Duration(e.skew.Load())) },
 		OnChange: func(_ context.Context, c locks.Change) { e.set.Apply(c) },
 		OnKill:   func(_ context.Context, i sessions.Info, _ identity.Principal) { e.killed <- i },
 		Logger:   quiet,
@@ -127,7 +130,7 @@ func (e *env) client(t *testing.T, p *identity.Principal) *adminapi.Client {
 		cfg.Certificates = []tls.Certificate{{Certificate: [][]byte{cert.Raw}, PrivateKey: key}}
 	}
 	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: cfg}, Timeout: 10 * time.Second}
-	return adminapi.NewClient(&authapi.Client{Proxy: e.proxy, HTTP: hc})
+	return &adminapi.Client{Client: apihttp.Client{Proxy: e.proxy, HTTP: hc}}
 }
 
 var (
@@ -136,7 +139,7 @@ var (
 )
 
 func status(err error) int {
-	var se *authapi.StatusError
+	var se *apihttp.StatusError
 	if errors.As(err, &se) {
 		return se.Code
 	}
@@ -220,6 +223,79 @@ func TestAuthorization(t *testing.T) {
 	}
 	if _, ok := e.set.Locked(admin, time.Now()); ok {
 		t.Fatal("a refused lock took effect")
+	}
+}
+
+// TestLockedAdminCannotUnlockThemself: a locked admin is refused every
+// admin call, their own unlock included (DESIGN.md §2); another admin can
+// unlock them.
+func TestLockedAdminCannotUnlockThemself(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	other := identity.Principal{Kind: identity.KindUser, Name: "other-admin", Traits: admin.Traits}
+	c, oc := e.client(t, &admin), e.client(t, &other)
+	if _, err := oc.Lock(ctx, adminapi.LockRequest{Target: locks.TargetOf(admin), Reason: "stolen laptop"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := c.Unlock(ctx, locks.TargetOf(admin))
+	if status(err) != http.StatusForbidden || !strings.Contains(err.Error(), "user root-admin is locked by user:other-admin: stolen laptop") {
+		t.Fatalf("locked admin unlocks themself: %v, want 403 naming the lock", err)
+	}
+	if _, ok := e.set.Locked(admin, time.Now()); !ok {
+		t.Fatal("the locked admin's unlock took effect in the set")
+	}
+	if l, _ := e.store.List(ctx, time.Now()); len(l) != 1 {
+		t.Fatalf("the locked admin's unlock took effect in the store: %+v", l)
+	}
+	for name, call := range map[string]func() error{
+		"lock another": func() error {
+			_, err := c.Lock(ctx, adminapi.LockRequest{Target: locks.TargetOf(other), Reason: "revenge"})
+			return err
+		},
+		"list locks":    func() error { _, err := c.Locks(ctx); return err },
+		"list sessions": func() error { _, err := c.Sessions(ctx); return err },
+	} {
+		if err := call(); status(err) != http.StatusForbidden {
+			t.Errorf("%s while locked: %v, want 403", name, err)
+		}
+	}
+	if _, ok := e.set.Locked(other, time.Now()); ok {
+		t.Fatal("a locked admin locked someone")
+	}
+	ev, ok := e.audit.last(audit.TypeAuthDenied)
+	if !ok || ev.Principal.Name != "root-admin" || ev.Denied.Hop != audit.HopProxy || !strings.Contains(ev.Denied.Reason, "locked") {
+		t.Fatalf("refusal of a locked admin not audited: %+v", ev)
+	}
+	if _, err := oc.Unlock(ctx, locks.TargetOf(admin)); err != nil {
+		t.Fatalf("another admin unlocks: %v", err)
+	}
+	if _, err := c.Locks(ctx); err != nil {
+		t.Fatalf("after the unlock: %v", err)
+	}
+}
+
+// TestExpiredCertificateRefused: a certificate that expires while its
+// connection stays open is refused like at /k8s/.
+func TestExpiredCertificateRefused(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	c := e.client(t, &admin)
+	if _, err := c.Locks(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// client issues certificates for an hour; the handshake uses the real
+	// clock, the handler a clock past the certificate's expiry.
+	e.skew.Store(int64(time.Hour + time.Minute))
+	_, err := c.Lock(ctx, adminapi.LockRequest{Target: locks.TargetOf(alice), Reason: "x"})
+	if status(err) != http.StatusUnauthorized || !strings.Contains(err.Error(), "expired") {
+		t.Fatalf("lock with an expired certificate: %v, want 401", err)
+	}
+	if _, ok := e.set.Locked(alice, time.Now().Add(time.Hour)); ok {
+		t.Fatal("a lock by an expired certificate took effect")
+	}
+	ev, ok := e.audit.last(audit.TypeAuthDenied)
+	if !ok || !strings.Contains(ev.Denied.Reason, "user.lock: client certificate expired") || ev.Denied.Path != adminapi.PathLocks {
+		t.Fatalf("expired certificate refusal not audited: %+v", ev)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/limenhq/limen/gateway/audit"
 	"github.com/limenhq/limen/gateway/identity"
+	"github.com/limenhq/limen/gateway/internal/apihttp"
 	"github.com/limenhq/limen/gateway/locks"
 	"github.com/limenhq/limen/gateway/sessions"
 )
@@ -21,9 +22,14 @@ const MinTTL = time.Second
 // created by by at now.
 func ParseLockRequest(body []byte, by identity.Principal, now time.Time) (locks.Lock, error) {
 	var req LockRequest
-	if err := decodeBody(bytes.NewReader(body), &req); err != nil {
+	if err := apihttp.DecodeJSON(bytes.NewReader(body), &req); err != nil {
 		return locks.Lock{}, err
 	}
+	return req.lock(by, now)
+}
+
+// lock makes the lock req asks for, created by by at now.
+func (req LockRequest) lock(by identity.Principal, now time.Time) (locks.Lock, error) {
 	l := locks.Lock{Target: req.Target, Reason: strings.TrimSpace(req.Reason), CreatedBy: by.String(), CreatedAt: now}
 	if req.TTL != "" {
 		ttl, err := time.ParseDuration(req.TTL)
@@ -42,40 +48,39 @@ func ParseLockRequest(body []byte, by identity.Principal, now time.Time) (locks.
 }
 
 func (h *Handler) listLocks(w http.ResponseWriter, r *http.Request, _ identity.Principal) {
-	list, err := h.cfg.Locks.List(r.Context(), h.cfg.Now())
+	list, err := h.cfg.LockStore.List(r.Context(), h.cfg.Now())
 	if err != nil {
 		h.cfg.Logger.Error("list locks", "err", err)
-		writeError(w, http.StatusServiceUnavailable, "lock store unavailable: try again later")
+		apihttp.WriteError(w, http.StatusServiceUnavailable, "lock store unavailable: try again later")
 		return
 	}
-	writeJSON(w, http.StatusOK, list)
+	apihttp.WriteJSON(w, http.StatusOK, list)
 }
 
 // lock stores the lock and puts it in force before auditing: a lock must
 // not wait on the audit trail. If the audit fails the caller is told the
 // lock is in force but unaudited.
 func (h *Handler) lock(w http.ResponseWriter, r *http.Request, p identity.Principal) {
-	body, err := readBody(r)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+	var req LockRequest
+	if !apihttp.Decode(w, r, &req) {
 		return
 	}
-	l, err := ParseLockRequest(body, p, h.cfg.Now())
+	l, err := req.lock(p, h.cfg.Now())
 	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+		apihttp.WriteError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	if err := h.cfg.Locks.Add(r.Context(), l); err != nil {
+	if err := h.cfg.LockStore.Add(r.Context(), l); err != nil {
 		h.cfg.Logger.Error("store lock", "target", l.Target.String(), "err", err)
-		writeError(w, http.StatusServiceUnavailable, "lock store unavailable; the lock is NOT in force: try again")
+		apihttp.WriteError(w, http.StatusServiceUnavailable, "lock store unavailable; the lock is NOT in force: try again")
 		return
 	}
 	h.changed(r, locks.Change{Op: locks.OpSet, Lock: l})
-	if err := h.emit(r, lockEvent(audit.TypeUserLock, p, l)); err != nil {
-		writeError(w, http.StatusServiceUnavailable, "the lock is in force, but the audit trail did not record it: "+err.Error())
+	if err := h.gate.Emit(r, lockEvent(audit.TypeUserLock, p, l)); err != nil {
+		apihttp.WriteError(w, http.StatusServiceUnavailable, "the lock is in force, but the audit trail did not record it: "+err.Error())
 		return
 	}
-	writeJSON(w, http.StatusCreated, l)
+	apihttp.WriteJSON(w, http.StatusCreated, l)
 }
 
 // unlock removes the lock, and puts it back if the removal cannot be
@@ -83,31 +88,31 @@ func (h *Handler) lock(w http.ResponseWriter, r *http.Request, p identity.Princi
 func (h *Handler) unlock(w http.ResponseWriter, r *http.Request, p identity.Principal) {
 	t := locks.Target{Kind: identity.Kind(r.PathValue("kind")), Name: r.PathValue("name")}
 	if err := t.Validate(); err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+		apihttp.WriteError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	l, err := h.cfg.Locks.Remove(r.Context(), t, h.cfg.Now())
+	l, err := h.cfg.LockStore.Remove(r.Context(), t, h.cfg.Now())
 	switch {
 	case errors.Is(err, locks.ErrNotFound):
-		writeError(w, http.StatusNotFound, fmt.Sprintf("%s is not locked", t))
+		apihttp.WriteError(w, http.StatusNotFound, fmt.Sprintf("%s is not locked", t))
 		return
 	case err != nil:
 		h.cfg.Logger.Error("remove lock", "target", t.String(), "err", err)
-		writeError(w, http.StatusServiceUnavailable, "lock store unavailable; the lock stays in force: try again")
+		apihttp.WriteError(w, http.StatusServiceUnavailable, "lock store unavailable; the lock stays in force: try again")
 		return
 	}
-	if err := h.emit(r, lockEvent(audit.TypeUserUnlock, p, l)); err != nil {
-		if rerr := h.cfg.Locks.Add(r.Context(), l); rerr != nil {
+	if err := h.gate.Emit(r, lockEvent(audit.TypeUserUnlock, p, l)); err != nil {
+		if rerr := h.cfg.LockStore.Add(r.Context(), l); rerr != nil {
 			h.cfg.Logger.Error("restore lock after failed audit", "target", t.String(), "err", rerr)
 			h.changed(r, locks.Change{Op: locks.OpRemove, Lock: l})
-			writeError(w, http.StatusServiceUnavailable, "audit trail and lock store unavailable: the lock was removed but NOT audited: "+err.Error())
+			apihttp.WriteError(w, http.StatusServiceUnavailable, "audit trail and lock store unavailable: the lock was removed but NOT audited: "+err.Error())
 			return
 		}
-		writeError(w, http.StatusServiceUnavailable, "audit trail unavailable; the lock stays in force: "+err.Error())
+		apihttp.WriteError(w, http.StatusServiceUnavailable, "audit trail unavailable; the lock stays in force: "+err.Error())
 		return
 	}
 	h.changed(r, locks.Change{Op: locks.OpRemove, Lock: l})
-	writeJSON(w, http.StatusOK, l)
+	apihttp.WriteJSON(w, http.StatusOK, l)
 }
 
 func (h *Handler) changed(r *http.Request, c locks.Change) {
@@ -129,7 +134,7 @@ func (h *Handler) listSessions(w http.ResponseWriter, r *http.Request, _ identit
 	if list == nil {
 		list = []sessions.Info{}
 	}
-	writeJSON(w, http.StatusOK, list)
+	apihttp.WriteJSON(w, http.StatusOK, list)
 }
 
 // kill ends the session on the proxy, tells the workers, then audits, like
@@ -137,11 +142,11 @@ func (h *Handler) listSessions(w http.ResponseWriter, r *http.Request, _ identit
 func (h *Handler) kill(w http.ResponseWriter, r *http.Request, p identity.Principal) {
 	id := r.PathValue("id")
 	if err := sessions.ValidID(id); err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+		apihttp.WriteError(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	if !h.cfg.Sessions.Kill(id) {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("no live session %s: list them with limen sessions ls", id))
+		apihttp.WriteError(w, http.StatusNotFound, fmt.Sprintf("no live session %s: list them with limen sessions ls", id))
 		return
 	}
 	info, _ := h.cfg.Sessions.Get(id)
@@ -150,17 +155,9 @@ func (h *Handler) kill(w http.ResponseWriter, r *http.Request, p identity.Princi
 	}
 	e := audit.Event{Type: audit.TypeSessionKill, Principal: p, Cluster: info.Cluster, SessionID: id,
 		Fields: map[string]string{"user": info.Principal.String(), "kind": string(info.Kind), "target": info.Target}}
-	if err := h.emit(r, e); err != nil {
-		writeError(w, http.StatusServiceUnavailable, "the session is killed, but the audit trail did not record it: "+err.Error())
+	if err := h.gate.Emit(r, e); err != nil {
+		apihttp.WriteError(w, http.StatusServiceUnavailable, "the session is killed, but the audit trail did not record it: "+err.Error())
 		return
 	}
-	writeJSON(w, http.StatusOK, info)
-}
-
-func readBody(r *http.Request) ([]byte, error) {
-	var b bytes.Buffer
-	if _, err := b.ReadFrom(http.MaxBytesReader(nil, r.Body, maxBody)); err != nil {
-		return nil, fmt.Errorf("request body: %w (limit %d bytes)", err, maxBody)
-	}
-	return b.Bytes(), nil
+	apihttp.WriteJSON(w, http.StatusOK, info)
 }

@@ -15,10 +15,12 @@ import (
 
 	"golang.org/x/crypto/bcrypt"
 
+	"github.com/limenhq/limen/gateway/audit"
 	"github.com/limenhq/limen/gateway/auth"
 	"github.com/limenhq/limen/gateway/authapi"
 	"github.com/limenhq/limen/gateway/enroll"
 	"github.com/limenhq/limen/gateway/identity"
+	"github.com/limenhq/limen/gateway/locks"
 	"github.com/limenhq/limen/gateway/profile"
 	"github.com/limenhq/limen/gateway/users"
 )
@@ -42,6 +44,8 @@ type env struct {
 	ca     *auth.Authority
 	users  *users.Store
 	tokens *enroll.TokenStore
+	audit  *audit.Store
+	locks  *locks.Set
 	now    *atomic.Int64
 }
 
@@ -58,15 +62,19 @@ func setup(t *testing.T) *env {
 	if e.users, err = users.Open(filepath.Join(dir, users.FileName), users.Options{Cost: bcrypt.MinCost}); err != nil {
 		t.Fatal(err)
 	}
-	clock := func() time.Time { return time.Unix(e.now.Load(), 0) }
-	if e.tokens, err = enroll.OpenTokenStore(filepath.Join(dir, enroll.TokenFileName), enroll.TokenStoreOptions{
-		Auditor: auth.SlogAuditor{Logger: quiet}, Now: clock}); err != nil {
+	if e.audit, err = audit.Open(context.Background(), audit.Path(dir), audit.Options{Logger: quiet}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { e.users.Close(); e.tokens.Close() })
+	clock := func() time.Time { return time.Unix(e.now.Load(), 0) }
+	if e.tokens, err = enroll.OpenTokenStore(filepath.Join(dir, enroll.TokenFileName), enroll.TokenStoreOptions{
+		Audit: e.audit, Now: clock}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.users.Close(); e.tokens.Close(); e.audit.Close() })
+	e.locks = locks.NewSet()
 	pol := fakePolicy{clusters: []string{"prod", "staging"}}
 	h, err := authapi.New(authapi.Config{CA: e.ca, Users: e.users, Tokens: e.tokens, Clusters: pol, Admin: pol,
-		Workers: fakeWorkers{"prod": true}, Logger: quiet, Auditor: auth.SlogAuditor{Logger: quiet}})
+		Workers: fakeWorkers{"prod": true}, Logger: quiet, Audit: e.audit, Locks: e.locks, Now: clock})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,24 +248,198 @@ func TestEnrollment(t *testing.T) {
 
 func TestHostileRequests(t *testing.T) {
 	e := setup(t)
-	p, _ := profile.Open(t.TempDir(), e.proxy)
-	p.Ensure()
 	host := "https://" + e.proxy
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: auth.PinnedTLSConfig("127.0.0.1", e.ca.Fingerprint())}}
-	for _, tt := range []struct{ path, body string }{
-		{authapi.PathLogin, `{"user":"alice","password":"alice-password","csr":"nope"}`},
-		{authapi.PathLogin, `{"user":"alice","password":"alice-password","csr":"","extra":1}`},
-		{authapi.PathLogin, `{"user":"alice"}{"user":"bob"}`},
-		{authapi.PathLogin, strings.Repeat("[", 100000)},
-		{authapi.PathEnroll, `{"token":"lj1.x.y","cluster":"prod","csr":""}`},
+	json := "application/json"
+	for _, tt := range []struct {
+		path, ctype, body string
+		want              int
+	}{
+		{authapi.PathLogin, json, `{"user":"alice","password":"alice-password","csr":"nope"}`, 400},
+		{authapi.PathLogin, json, `{"user":"alice","password":"alice-password","csr":"","extra":1}`, 400},
+		{authapi.PathLogin, json, `{"user":"alice"}{"user":"bob"}`, 400},
+		{authapi.PathLogin, json, `{"user":"alice"}}`, 400},
+		{authapi.PathLogin, json, strings.Repeat("[", 100000), 400},
+		{authapi.PathLogin, json, `{"user":"` + strings.Repeat("a", 100000) + `"}`, 413},
+		{authapi.PathLogin, "text/plain", `{"user":"alice","password":"alice-password","csr":""}`, 415},
+		{authapi.PathLogin, "", `{"user":"alice","password":"alice-password","csr":""}`, 415},
+		{authapi.PathEnroll, json, `{"token":"lj1.x.y","cluster":"prod","csr":""}`, 400},
+		{authapi.PathEnroll, "application/x-www-form-urlencoded", `token=lj1.x.y`, 415},
 	} {
-		resp, err := client.Post(host+tt.path, "application/json", strings.NewReader(tt.body))
+		req, _ := http.NewRequest(http.MethodPost, host+tt.path, strings.NewReader(tt.body))
+		if tt.ctype != "" {
+			req.Header.Set("Content-Type", tt.ctype)
+		}
+		resp, err := client.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
-		if resp.StatusCode != 400 {
-			t.Errorf("POST %s %.40q: %s, want 400", tt.path, tt.body, resp.Status)
+		if resp.StatusCode != tt.want {
+			t.Errorf("POST %s (%s) %.40q: %s, want %d", tt.path, tt.ctype, tt.body, resp.Status, tt.want)
 		}
+	}
+}
+
+// deniedEvents returns the auth.denied events in the audit store, oldest
+// first.
+func (e *env) deniedEvents(t *testing.T) []audit.Event {
+	t.Helper()
+	list, err := e.audit.Search(context.Background(), audit.Query{Type: audit.TypeAuthDenied})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return list
+}
+
+// TestRefusalsAreStoredAsDenied checks that every refusal of the identity
+// API reaches the audit store as a valid auth.denied event. They used to be
+// emitted without a denied body, failed validation, and were dropped.
+func TestRefusalsAreStoredAsDenied(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	p, _ := profile.Open(t.TempDir(), e.proxy)
+	pin := profile.Trust{Fingerprint: e.ca.Fingerprint()}
+	if _, err := p.Login(ctx, profile.LoginRequest{User: "alice", Password: "wrong", Trust: pin}); !isStatus(err, 401) {
+		t.Fatalf("bad password: %v", err)
+	}
+	if _, err := p.Login(ctx, profile.LoginRequest{User: "evil\x1b[2J", Password: "wrong", Trust: pin}); !isStatus(err, 401) {
+		t.Fatalf("invalid user name: %v", err)
+	}
+	pu, alice := e.login(t, "alice", "alice-password")
+	uc, _ := pu.Client(alice)
+	if _, err := uc.CreateToken(ctx, authapi.TokenRequest{Cluster: "prod"}); !isStatus(err, 403) {
+		t.Fatalf("non-admin create token: %v", err)
+	}
+	pa, admin := e.login(t, "root-admin", "admin-password")
+	ac, _ := pa.Client(admin)
+	tr, err := ac.CreateToken(ctx, authapi.TokenRequest{Cluster: "prod"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	enrollWith := func(tok string) error {
+		_, err := enroll.Enroll(ctx, enroll.Options{Proxy: e.proxy, Cluster: "prod", Token: tok, DataDir: t.TempDir()})
+		return err
+	}
+	if err := enrollWith(tr.Token); err != nil {
+		t.Fatal(err)
+	}
+	if err := enrollWith(tr.Token); err == nil {
+		t.Fatal("token reused")
+	}
+	short, err := ac.CreateToken(ctx, authapi.TokenRequest{Cluster: "prod", TTL: "1m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.now.Add(61)
+	if err := enrollWith(short.Token); err == nil {
+		t.Fatal("expired token accepted")
+	}
+
+	type want struct {
+		who, reason, path, field, value, cluster string
+	}
+	wants := []want{
+		{"", "login: bad credentials", authapi.PathLogin, "user", "alice", ""},
+		{"", "login: bad credentials", authapi.PathLogin, "user", "(invalid name)", ""},
+		{"user:alice", "admin action tokens.create not allowed", authapi.PathTokens, "", "", ""},
+		{"", "join token: join token was used already", authapi.PathEnroll, "token_id", tr.Info.ID, "prod"},
+		{"", "join token: join token has expired", authapi.PathEnroll, "token_id", short.Info.ID, "prod"},
+	}
+	got := e.deniedEvents(t)
+	if len(got) != len(wants) {
+		t.Fatalf("%d auth.denied events stored, want %d: %+v", len(got), len(wants), got)
+	}
+	for i, w := range wants {
+		ev := got[i]
+		who := ""
+		if ev.Principal.Name != "" {
+			who = ev.Principal.String()
+		}
+		if ev.Validate() != nil || ev.Denied.Hop != audit.HopProxy || !strings.HasPrefix(ev.Denied.Reason, w.reason) ||
+			ev.Denied.Path != w.path || who != w.who || ev.Fields[w.field] != w.value || ev.Cluster != w.cluster ||
+			ev.ClientAddr != "127.0.0.1" {
+			t.Errorf("event %d: %+v denied %+v; want %+v", i, ev, ev.Denied, w)
+		}
+	}
+
+	// The successes are stored too, with the principal who acted.
+	logins, err := e.audit.Search(ctx, audit.Query{Type: audit.TypeAuthLogin, User: "alice"})
+	if err != nil || len(logins) != 1 || logins[0].Fields["login_id"] != alice.Principal.LoginID {
+		t.Fatalf("auth.login of alice: %+v, %v", logins, err)
+	}
+	created, err := e.audit.Search(ctx, audit.Query{Type: audit.TypeTokenCreate, User: "root-admin"})
+	if err != nil || len(created) != 2 || created[0].Cluster != "prod" || created[0].Fields["token_id"] != tr.Info.ID {
+		t.Fatalf("token.create by root-admin: %+v, %v", created, err)
+	}
+}
+
+// TestAdminChecksLocksAndExpiry: admin calls refuse a locked admin and a
+// certificate that expired on a connection opened while it was valid, as
+// /k8s/ does, and audit both.
+func TestAdminChecksLocksAndExpiry(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	pa, admin := e.login(t, "root-admin", "admin-password")
+	ac, _ := pa.Client(admin)
+	if _, err := ac.ListUsers(ctx); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(e.now.Load(), 0)
+	lock := locks.Lock{Target: locks.TargetOf(admin.Principal), Reason: "incident 7", CreatedBy: "user:other", CreatedAt: now}
+	e.locks.Apply(locks.Change{Op: locks.OpSet, Lock: lock})
+	_, err := ac.ListUsers(ctx)
+	if !isStatus(err, 403) || !strings.Contains(err.Error(), "locked by user:other: incident 7") {
+		t.Fatalf("locked admin lists users: %v", err)
+	}
+	if err := ac.AddUser(ctx, authapi.UserRequest{Name: "mallory", Password: "mallory-pw"}); !isStatus(err, 403) {
+		t.Fatalf("locked admin adds a user: %v", err)
+	}
+	if _, err := e.users.Authenticate(ctx, "mallory", "mallory-pw", "test"); err == nil {
+		t.Fatal("a locked admin's change took effect")
+	}
+	e.locks.Apply(locks.Change{Op: locks.OpRemove, Lock: lock})
+	if _, err := ac.ListUsers(ctx); err != nil {
+		t.Fatalf("after unlock: %v", err)
+	}
+
+	e.now.Store(admin.Cert.NotAfter.Add(time.Second).Unix())
+	if _, err := ac.ListUsers(ctx); !isStatus(err, 401) || !strings.Contains(err.Error(), "expired") {
+		t.Fatalf("expired certificate lists users: %v", err)
+	}
+	if _, err := ac.WhoAmI(ctx); !isStatus(err, 401) {
+		t.Fatalf("expired certificate asks whoami: %v", err)
+	}
+
+	var reasons []string
+	for _, ev := range e.deniedEvents(t) {
+		reasons = append(reasons, ev.Denied.Reason)
+	}
+	if len(reasons) != 3 || !strings.Contains(reasons[0], "users.list: locked") || !strings.Contains(reasons[1], "users.add: locked") ||
+		!strings.Contains(reasons[2], "users.list: client certificate expired") {
+		t.Fatalf("auth.denied reasons: %q", reasons)
+	}
+}
+
+// TestAuditDown: with the audit trail down, a login gets no certificate,
+// and a user change that went through is reported as unrecorded (503), not
+// as done.
+func TestAuditDown(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	pa, admin := e.login(t, "root-admin", "admin-password")
+	ac, _ := pa.Client(admin)
+	e.audit.Close() // a closed store refuses every event: the real "audit trail unavailable"
+	if err := ac.AddUser(ctx, authapi.UserRequest{Name: "bob", Password: "bob-password"}); !isStatus(err, 503) ||
+		!strings.Contains(err.Error(), "did not record it") {
+		t.Fatalf("add user with audit down: %v, want 503", err)
+	}
+	if _, err := e.users.Authenticate(ctx, "bob", "bob-password", "test"); err != nil {
+		t.Fatalf("the change itself did not happen: %v", err)
+	}
+	p, _ := profile.Open(t.TempDir(), e.proxy)
+	if _, err := p.Login(ctx, profile.LoginRequest{User: "alice", Password: "alice-password",
+		Trust: profile.Trust{Fingerprint: e.ca.Fingerprint()}}); !isStatus(err, 503) {
+		t.Fatalf("login with audit down: %v, want 503", err)
 	}
 }

@@ -1,71 +1,18 @@
 package authapi
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 
 	"github.com/limenhq/limen/gateway/enroll"
+	"github.com/limenhq/limen/gateway/internal/apihttp"
 	"github.com/limenhq/limen/gateway/users"
 )
 
-// Client calls the identity API of one proxy.
-type Client struct {
-	// Proxy is HOST:PORT.
-	Proxy string
-	// HTTP carries the TLS configuration (trust, client certificate).
-	HTTP *http.Client
-	// Hint, when set, is appended to connection errors. With TLS 1.3 a
-	// refused client certificate shows up only as a reset or broken pipe, so
-	// callers that present one say what to try.
-	Hint string
-}
-
-// maxResponse bounds a decoded response from the proxy.
-const maxResponse = 8 << 20
-
-// Do sends in (JSON, if not nil) to path on the proxy and decodes the answer
-// into out (if not nil). Any other package's client of the proxy's /v1/ API
-// calls it, so trust, hints and error decoding stay in one place.
-func (c *Client) Do(ctx context.Context, method, path string, in, out any) error {
-	var body io.Reader
-	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
-			return err
-		}
-		body = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, "https://"+c.Proxy+path, body)
-	if err != nil {
-		return err
-	}
-	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := c.HTTP.Do(req)
-	if err != nil {
-		if c.Hint != "" {
-			return fmt.Errorf("%s %s: %w (%s)", method, path, err, c.Hint)
-		}
-		return fmt.Errorf("%s %s: %w", method, path, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		return ErrorFromResponse(resp)
-	}
-	if out == nil {
-		return nil
-	}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, maxResponse)).Decode(out); err != nil {
-		return fmt.Errorf("%s %s: bad response: %w", method, path, err)
-	}
-	return nil
-}
+// Client calls the identity API of one proxy. Build it from an
+// apihttp.Client (gateway/profile does), or use Profile.Client.
+type Client struct{ apihttp.Client }
 
 // Login exchanges a password and a CSR for a certificate.
 func (c *Client) Login(ctx context.Context, req LoginRequest) (LoginResponse, error) {

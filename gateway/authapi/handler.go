@@ -1,25 +1,25 @@
 // Package authapi is the proxy's identity API under /v1/: login, whoami,
 // the clusters a caller may reach, worker enrollment, and the admin
 // endpoints for local users and join tokens. Policy, the tunnel registry
-// and audit are reached through the small interfaces below.
+// and audit are reached through the small interfaces below; the caller
+// checks, body rules and error answers are gateway/internal/apihttp's.
 package authapi
 
 import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
-	"fmt"
-	"io"
 	"log/slog"
-	"net"
 	"net/http"
-	"strings"
+	"time"
 
+	"github.com/limenhq/limen/gateway/audit"
 	"github.com/limenhq/limen/gateway/auth"
 	"github.com/limenhq/limen/gateway/enroll"
 	"github.com/limenhq/limen/gateway/identity"
+	"github.com/limenhq/limen/gateway/internal/apihttp"
+	"github.com/limenhq/limen/gateway/locks"
 	"github.com/limenhq/limen/gateway/users"
 )
 
@@ -35,12 +35,10 @@ type WorkerRegistry interface {
 }
 
 // AdminPolicy authorizes admin actions (data.limen.admin.allow).
-type AdminPolicy interface {
-	AdminAllow(ctx context.Context, p identity.Principal, action string) (bool, error)
-}
+type AdminPolicy = apihttp.AdminPolicy
 
-// Config holds the handler's dependencies. CA, Users, Tokens, Clusters and
-// Admin are required.
+// Config holds the handler's dependencies. CA, Users, Tokens, Clusters,
+// Admin, Locks and Audit are required.
 type Config struct {
 	CA       *auth.Authority
 	Users    *users.Store
@@ -48,20 +46,26 @@ type Config struct {
 	Clusters ClusterPolicy
 	Workers  WorkerRegistry // nil: no worker is ever connected
 	Admin    AdminPolicy
-	// Auditor receives auth.login and admin events; nil logs them.
-	Auditor auth.Auditor
+	// Locks are the locks in force; a locked caller is refused the admin
+	// endpoints.
+	Locks *locks.Set
+	// Audit records logins, refusals and admin changes.
+	Audit audit.Sink
 	// Logger receives operational logs; nil means slog.Default().
 	Logger *slog.Logger
 	// ClientAddr extracts the client's address for rate limiting and audit;
 	// nil uses the connection's remote IP. Set it when behind a trusted load
 	// balancer.
 	ClientAddr func(*http.Request) string
+	// Now is the clock for the caller checks; nil means time.Now.
+	Now func() time.Time
 }
 
 // Handler serves the identity API. Mount it at "/v1/".
 type Handler struct {
-	cfg Config
-	mux *http.ServeMux
+	cfg   Config
+	gate  *apihttp.Gate
+	serve http.Handler
 }
 
 // New checks cfg and builds the handler.
@@ -75,146 +79,37 @@ func New(cfg Config) (*Handler, error) {
 		return nil, errors.New("authapi: token store is required")
 	case cfg.Clusters == nil:
 		return nil, errors.New("authapi: cluster policy is required")
-	case cfg.Admin == nil:
-		return nil, errors.New("authapi: admin policy is required")
 	}
-	if cfg.Auditor == nil {
-		cfg.Auditor = auth.SlogAuditor{Logger: cfg.Logger}
+	gate, err := apihttp.NewGate("authapi", apihttp.Gate{Principal: cfg.CA.PrincipalFromRequest, Locks: cfg.Locks,
+		Policy: cfg.Admin, Audit: cfg.Audit, ClientAddr: cfg.ClientAddr, Now: cfg.Now, Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.ClientAddr == nil {
-		cfg.ClientAddr = remoteIP
-	}
-	h := &Handler{cfg: cfg, mux: http.NewServeMux()}
-	h.mux.HandleFunc("POST "+PathLogin, h.login)
-	h.mux.HandleFunc("POST "+PathEnroll, h.enroll)
-	h.mux.HandleFunc("GET "+PathWhoAmI, h.authenticated(h.whoami))
-	h.mux.HandleFunc("GET "+PathClusters, h.authenticated(h.clusters))
-	h.mux.HandleFunc("GET "+PathUsers, h.admin(ActionUsersList, h.listUsers))
-	h.mux.HandleFunc("POST "+PathUsers, h.admin(ActionUsersAdd, h.addUser))
-	h.mux.HandleFunc("DELETE "+PathUsers+"/{name}", h.admin(ActionUsersRemove, h.removeUser))
-	h.mux.HandleFunc("PUT "+PathUsers+"/{name}/password", h.admin(ActionUsersPasswd, h.setPassword))
-	h.mux.HandleFunc("GET "+PathTokens, h.admin(ActionTokensList, h.listTokens))
-	h.mux.HandleFunc("POST "+PathTokens, h.admin(ActionTokensCreate, h.createToken))
-	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, "no such API endpoint: "+r.Method+" "+r.URL.Path)
-	})
+	cfg.Logger, cfg.ClientAddr = gate.Logger, gate.ClientAddr
+	mux := http.NewServeMux()
+	h := &Handler{cfg: cfg, gate: gate, serve: apihttp.NoStore(mux)}
+	mux.HandleFunc("POST "+PathLogin, h.login)
+	mux.HandleFunc("POST "+PathEnroll, h.enroll)
+	mux.HandleFunc("GET "+PathWhoAmI, gate.Authenticated(h.whoami))
+	mux.HandleFunc("GET "+PathClusters, gate.Authenticated(h.clusters))
+	mux.HandleFunc("GET "+PathUsers, gate.Admin(ActionUsersList, h.listUsers))
+	mux.HandleFunc("POST "+PathUsers, gate.Admin(ActionUsersAdd, h.addUser))
+	mux.HandleFunc("DELETE "+PathUsers+"/{name}", gate.Admin(ActionUsersRemove, h.removeUser))
+	mux.HandleFunc("PUT "+PathUsers+"/{name}/password", gate.Admin(ActionUsersPasswd, h.setPassword))
+	mux.HandleFunc("GET "+PathTokens, gate.Admin(ActionTokensList, h.listTokens))
+	mux.HandleFunc("POST "+PathTokens, gate.Admin(ActionTokensCreate, h.createToken))
+	mux.HandleFunc("/", apihttp.NotFound)
 	return h, nil
 }
 
 // ServeHTTP implements http.Handler.
-func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("Cache-Control", "no-store")
-	h.mux.ServeHTTP(w, r)
-}
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.serve.ServeHTTP(w, r) }
 
-type principalHandler func(http.ResponseWriter, *http.Request, identity.Principal)
-
-// authenticated requires a verified user or bot certificate.
-func (h *Handler) authenticated(next principalHandler) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		p, err := h.cfg.CA.PrincipalFromRequest(r)
-		if err != nil {
-			writeError(w, http.StatusUnauthorized, err.Error())
-			return
-		}
-		next(w, r, p)
-	}
-}
-
-// admin requires a certificate and the policy's consent for action.
-func (h *Handler) admin(action string, next principalHandler) http.HandlerFunc {
-	return h.authenticated(func(w http.ResponseWriter, r *http.Request, p identity.Principal) {
-		ok, err := h.cfg.Admin.AdminAllow(r.Context(), p, action)
-		if err != nil {
-			h.cfg.Logger.Error("admin policy evaluation failed", "action", action, "principal", p.String(), "err", err)
-			writeError(w, http.StatusServiceUnavailable, "policy unavailable: try again later")
-			return
-		}
-		if !ok {
-			h.audit(r, auth.Event{Type: "auth.denied", Actor: p.String(), Fields: map[string]string{"action": action}})
-			writeError(w, http.StatusForbidden, fmt.Sprintf("policy does not allow %s to %s", p, action))
-			return
-		}
-		next(w, r, p)
-	})
-}
-
-// audit emits e with the client address; it reports whether the event was
-// accepted.
-func (h *Handler) audit(r *http.Request, e auth.Event) bool {
-	if e.Fields == nil {
-		e.Fields = map[string]string{}
-	}
-	e.Fields["addr"] = h.cfg.ClientAddr(r)
-	if err := h.cfg.Auditor.Emit(r.Context(), e); err != nil {
-		h.cfg.Logger.Error("audit event not accepted", "type", e.Type, "err", err)
-		return false
-	}
-	return true
-}
-
-func remoteIP(r *http.Request) string {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		return r.RemoteAddr
-	}
-	return host
-}
-
-const maxBody = 64 << 10
-
-// decode reads a JSON body strictly: known fields only, one value, bounded.
-func decode(w http.ResponseWriter, r *http.Request, v any) bool {
-	dec := json.NewDecoder(io.LimitReader(r.Body, maxBody))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		writeError(w, http.StatusBadRequest, "request body: "+err.Error())
-		return false
-	}
-	if dec.More() {
-		writeError(w, http.StatusBadRequest, "request body: more than one JSON value")
-		return false
-	}
-	return true
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(v)
-}
-
-func writeError(w http.ResponseWriter, status int, msg string) {
-	writeJSON(w, status, ErrorResponse{Error: msg})
-}
+// StatusError is an error answer from the API.
+type StatusError = apihttp.StatusError
 
 func newLoginID() string {
 	b := make([]byte, 12)
 	rand.Read(b)
 	return hex.EncodeToString(b)
-}
-
-// ErrorFromResponse turns a non-2xx response into an error that carries the
-// server's message.
-func ErrorFromResponse(resp *http.Response) error {
-	data, _ := io.ReadAll(io.LimitReader(resp.Body, maxBody))
-	var e ErrorResponse
-	if json.Unmarshal(data, &e) != nil || e.Error == "" {
-		e.Error = strings.TrimSpace(string(data))
-	}
-	return &StatusError{Code: resp.StatusCode, Message: e.Error}
-}
-
-// StatusError is an error answer from the API.
-type StatusError struct {
-	Code    int
-	Message string
-}
-
-// Error reports the status and the server's message.
-func (e *StatusError) Error() string {
-	return fmt.Sprintf("%d %s: %s", e.Code, http.StatusText(e.Code), e.Message)
 }

@@ -6,70 +6,72 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/limenhq/limen/gateway/audit"
 	"github.com/limenhq/limen/gateway/auth"
 	"github.com/limenhq/limen/gateway/enroll"
 	"github.com/limenhq/limen/gateway/identity"
+	"github.com/limenhq/limen/gateway/internal/apihttp"
 	"github.com/limenhq/limen/gateway/users"
 )
 
 func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 	var req LoginRequest
-	if !decode(w, r, &req) {
+	if !apihttp.Decode(w, r, &req) {
 		return
 	}
 	csr, err := auth.ParseCSR([]byte(req.CSR))
 	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+		apihttp.WriteError(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	var ttl time.Duration
 	if req.TTL != "" {
 		if ttl, err = time.ParseDuration(req.TTL); err != nil || ttl <= 0 {
-			writeError(w, http.StatusBadRequest, "ttl: want a positive duration such as 1h")
+			apihttp.WriteError(w, http.StatusBadRequest, "ttl: want a positive duration such as 1h")
 			return
 		}
 	}
 	u, err := h.cfg.Users.Authenticate(r.Context(), req.User, req.Password, h.cfg.ClientAddr(r))
 	switch {
 	case errors.Is(err, users.ErrRateLimited):
-		h.audit(r, auth.Event{Type: "auth.login", Actor: claimedUser(req.User), Fields: map[string]string{"reason": "rate limited"}})
+		h.gate.Deny(r, identity.Principal{}, "login: rate limited", map[string]string{"user": claimedUser(req.User)})
 		w.Header().Set("Retry-After", strconv.Itoa(60))
-		writeError(w, http.StatusTooManyRequests, err.Error())
+		apihttp.WriteError(w, http.StatusTooManyRequests, err.Error())
 		return
 	case errors.Is(err, users.ErrBadCredentials):
-		h.audit(r, auth.Event{Type: "auth.login", Actor: claimedUser(req.User), Fields: map[string]string{"reason": "bad credentials"}})
-		writeError(w, http.StatusUnauthorized, err.Error())
+		h.gate.Deny(r, identity.Principal{}, "login: bad credentials", map[string]string{"user": claimedUser(req.User)})
+		apihttp.WriteError(w, http.StatusUnauthorized, err.Error())
 		return
 	case err != nil:
 		h.cfg.Logger.Error("login: user store failed", "err", err)
-		writeError(w, http.StatusServiceUnavailable, "user store unavailable: try again later")
+		apihttp.WriteError(w, http.StatusServiceUnavailable, "user store unavailable: try again later")
 		return
 	}
 	p := identity.Principal{Kind: identity.KindUser, Name: u.Name, Traits: u.Traits, LoginID: newLoginID()}
 	cert, err := h.cfg.CA.IssueUser(csr.PublicKey, p, ttl)
 	if err != nil {
 		h.cfg.Logger.Error("login: issue certificate", "user", u.Name, "err", err)
-		writeError(w, http.StatusInternalServerError, "could not issue a certificate")
+		apihttp.WriteError(w, http.StatusInternalServerError, "could not issue a certificate")
 		return
 	}
-	if !h.audit(r, auth.Event{Type: "auth.login", Actor: p.String(), Success: true, Fields: map[string]string{
-		"login_id": p.LoginID, "expires": cert.NotAfter.UTC().Format(time.RFC3339)}}) {
-		writeError(w, http.StatusServiceUnavailable, "audit unavailable: try again later")
+	if h.gate.Emit(r, audit.Event{Type: audit.TypeAuthLogin, Principal: p, Fields: map[string]string{
+		"login_id": p.LoginID, "expires": cert.NotAfter.UTC().Format(time.RFC3339)}}) != nil {
+		apihttp.WriteError(w, http.StatusServiceUnavailable, "audit unavailable: try again later")
 		return
 	}
-	writeJSON(w, http.StatusOK, LoginResponse{Certificate: string(auth.CertPEM(cert.Raw)), CA: string(h.cfg.CA.RootPEM()),
+	apihttp.WriteJSON(w, http.StatusOK, LoginResponse{Certificate: string(auth.CertPEM(cert.Raw)), CA: string(h.cfg.CA.RootPEM()),
 		Principal: p, Expires: cert.NotAfter.UTC()})
 }
 
 func (h *Handler) whoami(w http.ResponseWriter, r *http.Request, p identity.Principal) {
-	writeJSON(w, http.StatusOK, WhoAmIResponse{Principal: p, Expires: r.TLS.VerifiedChains[0][0].NotAfter.UTC()})
+	apihttp.WriteJSON(w, http.StatusOK, WhoAmIResponse{Principal: p, Expires: r.TLS.VerifiedChains[0][0].NotAfter.UTC()})
 }
 
 func (h *Handler) clusters(w http.ResponseWriter, r *http.Request, p identity.Principal) {
 	names, err := h.cfg.Clusters.Clusters(r.Context(), p)
 	if err != nil {
 		h.cfg.Logger.Error("cluster policy evaluation failed", "principal", p.String(), "err", err)
-		writeError(w, http.StatusServiceUnavailable, "policy unavailable: try again later")
+		apihttp.WriteError(w, http.StatusServiceUnavailable, "policy unavailable: try again later")
 		return
 	}
 	out := ClustersResponse{Clusters: []Cluster{}}
@@ -80,69 +82,60 @@ func (h *Handler) clusters(w http.ResponseWriter, r *http.Request, p identity.Pr
 		}
 		out.Clusters = append(out.Clusters, c)
 	}
-	writeJSON(w, http.StatusOK, out)
+	apihttp.WriteJSON(w, http.StatusOK, out)
 }
 
 func (h *Handler) enroll(w http.ResponseWriter, r *http.Request) {
 	var req enroll.Request
-	if !decode(w, r, &req) {
+	if !apihttp.Decode(w, r, &req) {
 		return
 	}
 	tok, err := enroll.ParseToken(req.Token)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+		apihttp.WriteError(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	if err := auth.ValidClusterName(req.Cluster); err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+		apihttp.WriteError(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	csr, err := auth.ParseCSR([]byte(req.CSR))
 	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+		apihttp.WriteError(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	// Check the key before spending the token.
 	if err := auth.CheckPublicKey(csr.PublicKey); err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+		apihttp.WriteError(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	if err := h.cfg.Tokens.Redeem(r.Context(), tok, req.Cluster, h.cfg.ClientAddr(r)); err != nil {
 		status := http.StatusForbidden
-		if !isTokenRefusal(err) {
+		if !enroll.IsRefusal(err) {
 			h.cfg.Logger.Error("enroll: token store failed", "err", err)
 			status, err = http.StatusServiceUnavailable, errors.New("token store unavailable: try again later")
 		}
-		writeError(w, status, err.Error())
+		apihttp.WriteError(w, status, err.Error())
 		return
 	}
 	cert, err := h.cfg.CA.IssueWorker(csr.PublicKey, req.Cluster)
 	if err != nil {
 		h.cfg.Logger.Error("enroll: issue worker certificate", "cluster", req.Cluster, "err", err)
-		writeError(w, http.StatusInternalServerError, "could not issue a worker certificate")
+		apihttp.WriteError(w, http.StatusInternalServerError, "could not issue a worker certificate")
 		return
 	}
-	writeJSON(w, http.StatusOK, enroll.Response{
+	apihttp.WriteJSON(w, http.StatusOK, enroll.Response{
 		Certificate:    string(auth.CertPEM(cert.Raw, h.cfg.CA.WorkerIssuer().Raw)),
 		CA:             string(h.cfg.CA.RootPEM()),
 		GrantPublicKey: string(enroll.GrantPublicKeyPEM(h.cfg.CA.GrantPublicKey())),
 	})
 }
 
-func isTokenRefusal(err error) bool {
-	for _, e := range []error{enroll.ErrTokenUnknown, enroll.ErrTokenUsed, enroll.ErrTokenExpired, enroll.ErrTokenCluster} {
-		if errors.Is(err, e) {
-			return true
-		}
-	}
-	return false
-}
-
 // claimedUser names the user a failed login claimed to be, for audit. A
 // name no user could have is not echoed, so logs stay bounded and printable.
 func claimedUser(name string) string {
 	if identity.ValidName(name) != nil {
-		return "user:(invalid name)"
+		return "(invalid name)"
 	}
-	return "user:" + name
+	return name
 }

@@ -88,8 +88,3 @@ type TokenResponse struct {
 	Token string           `json:"token"`
 	Info  enroll.TokenInfo `json:"info"`
 }
-
-// ErrorResponse is the body of every non-2xx answer.
-type ErrorResponse struct {
-	Error string `json:"error"`
-}

@@ -11,7 +11,9 @@ import (
 
 	_ "modernc.org/sqlite" // database/sql driver "sqlite"
 
+	"github.com/limenhq/limen/gateway/audit"
 	"github.com/limenhq/limen/gateway/auth"
+	"github.com/limenhq/limen/gateway/identity"
 )
 
 // Token lifetimes.
@@ -32,6 +34,17 @@ var (
 	ErrAuditUnavailable = errors.New("audit unavailable")
 )
 
+// IsRefusal reports whether err from Redeem refuses the token (one of the
+// ErrToken errors) rather than reporting a store failure.
+func IsRefusal(err error) bool {
+	for _, e := range []error{ErrTokenUnknown, ErrTokenUsed, ErrTokenExpired, ErrTokenCluster} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
 // TokenFileName is the token store's file inside the data directory.
 const TokenFileName = "tokens.db"
 
@@ -46,18 +59,18 @@ type TokenInfo struct {
 }
 
 // TokenStore keeps join tokens in SQLite. Creation and every redemption
-// attempt are audited; if the auditor fails, the action fails.
+// attempt are audited; if the audit trail fails, the action fails.
 type TokenStore struct {
-	db      *sql.DB
-	auditor auth.Auditor
-	now     func() time.Time
+	db    *sql.DB
+	audit audit.Sink
+	now   func() time.Time
 }
 
 // TokenStoreOptions configures OpenTokenStore.
 type TokenStoreOptions struct {
-	// Auditor receives token.create and token.use events; nil logs them with
-	// slog.
-	Auditor auth.Auditor
+	// Audit receives token.create and token.use events, and auth.denied
+	// for a refused redemption. Required.
+	Audit audit.Sink
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
@@ -67,6 +80,9 @@ func TokenStorePath(dataDir string) string { return filepath.Join(dataDir, Token
 
 // OpenTokenStore opens (creating if needed) the token store at path.
 func OpenTokenStore(path string, opts TokenStoreOptions) (*TokenStore, error) {
+	if opts.Audit == nil {
+		return nil, errors.New("open token store: an audit sink is required: token use is audited")
+	}
 	if err := prepareDBFile(path); err != nil {
 		return nil, fmt.Errorf("open token store %s: %w", path, err)
 	}
@@ -80,10 +96,7 @@ func OpenTokenStore(path string, opts TokenStoreOptions) (*TokenStore, error) {
 		db.Close()
 		return nil, fmt.Errorf("open token store %s: %w", path, err)
 	}
-	s := &TokenStore{db: db, auditor: opts.Auditor, now: opts.Now}
-	if s.auditor == nil {
-		s.auditor = auth.SlogAuditor{}
-	}
+	s := &TokenStore{db: db, audit: opts.Audit, now: opts.Now}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -94,8 +107,8 @@ func OpenTokenStore(path string, opts TokenStoreOptions) (*TokenStore, error) {
 func (s *TokenStore) Close() error { return s.db.Close() }
 
 // Create makes a token for cluster, valid for ttl (0: DefaultTokenTTL), on
-// behalf of creator (a principal string), carrying the CA fingerprint fp.
-func (s *TokenStore) Create(ctx context.Context, cluster string, ttl time.Duration, fp, creator string) (Token, TokenInfo, error) {
+// behalf of creator, carrying the CA fingerprint fp.
+func (s *TokenStore) Create(ctx context.Context, cluster string, ttl time.Duration, fp string, creator identity.Principal) (Token, TokenInfo, error) {
 	if err := auth.ValidClusterName(cluster); err != nil {
 		return Token{}, TokenInfo{}, err
 	}
@@ -110,7 +123,7 @@ func (s *TokenStore) Create(ctx context.Context, cluster string, ttl time.Durati
 		return Token{}, TokenInfo{}, err
 	}
 	now := s.now()
-	info := TokenInfo{ID: tok.ID(), Cluster: cluster, Creator: creator, Created: now.UTC(), Expires: now.Add(ttl).UTC()}
+	info := TokenInfo{ID: tok.ID(), Cluster: cluster, Creator: creator.String(), Created: now.UTC(), Expires: now.Add(ttl).UTC()}
 	h := tok.hash()
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
@@ -118,11 +131,11 @@ func (s *TokenStore) Create(ctx context.Context, cluster string, ttl time.Durati
 	}
 	defer tx.Rollback()
 	if _, err := tx.ExecContext(ctx, `INSERT INTO join_tokens (hash, id, cluster, creator, created, expires) VALUES (?, ?, ?, ?, ?, ?)`,
-		h[:], info.ID, cluster, creator, now.Unix(), info.Expires.Unix()); err != nil {
+		h[:], info.ID, cluster, info.Creator, now.Unix(), info.Expires.Unix()); err != nil {
 		return Token{}, TokenInfo{}, fmt.Errorf("create token: %w", err)
 	}
-	if err := s.auditor.Emit(ctx, auth.Event{Type: "token.create", Actor: creator, Success: true,
-		Fields: map[string]string{"token_id": info.ID, "cluster": cluster, "expires": info.Expires.Format(time.RFC3339)}}); err != nil {
+	if err := s.audit.Emit(ctx, audit.Event{Type: audit.TypeTokenCreate, Time: now, Principal: creator, Cluster: cluster,
+		Fields: map[string]string{"token_id": info.ID, "expires": info.Expires.Format(time.RFC3339)}}); err != nil {
 		return Token{}, TokenInfo{}, fmt.Errorf("create token: %w: %v", ErrAuditUnavailable, err)
 	}
 	if err := tx.Commit(); err != nil {
@@ -138,8 +151,12 @@ func (s *TokenStore) Redeem(ctx context.Context, tok Token, cluster, addr string
 	err := s.redeem(ctx, tok, cluster, addr)
 	if err != nil {
 		// The refusal is audited best-effort; the refusal stands either way.
-		s.auditor.Emit(ctx, auth.Event{Type: "token.use", Actor: "worker:" + cluster, Success: false,
-			Fields: map[string]string{"token_id": tok.ID(), "cluster": cluster, "addr": addr, "reason": err.Error()}})
+		// A store failure is no refusal and is the caller's to report.
+		if IsRefusal(err) {
+			_ = s.audit.Emit(ctx, audit.Event{Type: audit.TypeAuthDenied, Time: s.now(), Cluster: cluster, ClientAddr: addr,
+				Denied: &audit.Denied{Hop: audit.HopProxy, Reason: "join token: " + err.Error(), Path: Path},
+				Fields: map[string]string{"token_id": tok.ID()}})
+		}
 	}
 	return err
 }
@@ -174,8 +191,8 @@ func (s *TokenStore) redeem(ctx context.Context, tok Token, cluster, addr string
 	if n, _ := res.RowsAffected(); n != 1 {
 		return ErrTokenUsed
 	}
-	if err := s.auditor.Emit(ctx, auth.Event{Type: "token.use", Actor: "worker:" + cluster, Success: true,
-		Fields: map[string]string{"token_id": tok.ID(), "cluster": cluster, "addr": addr}}); err != nil {
+	if err := s.audit.Emit(ctx, audit.Event{Type: audit.TypeTokenUse, Time: s.now(), Cluster: cluster, ClientAddr: addr,
+		Fields: map[string]string{"token_id": tok.ID()}}); err != nil {
 		return fmt.Errorf("redeem token: %w: %v", ErrAuditUnavailable, err)
 	}
 	if err := tx.Commit(); err != nil {

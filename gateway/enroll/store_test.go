@@ -4,41 +4,51 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/limenhq/limen/gateway/auth"
+	"github.com/limenhq/limen/gateway/audit"
+	"github.com/limenhq/limen/gateway/identity"
 )
 
+// recorder is an audit sink that refuses invalid events as the store does,
+// and stands in for an audit trail that is down while fail is set (a fault
+// the real store produces only by being closed for good).
 type recorder struct {
 	mu     sync.Mutex
-	events []auth.Event
+	events []audit.Event
 	fail   bool
 }
 
-func (r *recorder) Emit(_ context.Context, e auth.Event) error {
+func (r *recorder) Emit(_ context.Context, e audit.Event) error {
+	if err := e.Validate(); err != nil {
+		return err
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.fail {
-		return errors.New("audit store down")
+		return audit.ErrUnavailable
 	}
 	r.events = append(r.events, e)
 	return nil
 }
 
-func (r *recorder) count(typ string, success bool) int {
+func (r *recorder) of(typ audit.Type) []audit.Event {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	n := 0
+	var out []audit.Event
 	for _, e := range r.events {
-		if e.Type == typ && e.Success == success {
-			n++
+		if e.Type == typ {
+			out = append(out, e)
 		}
 	}
-	return n
+	return out
 }
+
+var alice = identity.Principal{Kind: identity.KindUser, Name: "alice"}
 
 type clock struct{ t atomic.Int64 }
 
@@ -48,7 +58,7 @@ func (c *clock) add(d time.Duration) { c.t.Add(int64(d / time.Second)) }
 func openTokens(t *testing.T, rec *recorder, c *clock) *TokenStore {
 	t.Helper()
 	c.t.Store(time.Now().Unix())
-	s, err := OpenTokenStore(filepath.Join(t.TempDir(), TokenFileName), TokenStoreOptions{Auditor: rec, Now: c.now})
+	s, err := OpenTokenStore(filepath.Join(t.TempDir(), TokenFileName), TokenStoreOptions{Audit: rec, Now: c.now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +70,7 @@ func TestTokenSingleUse(t *testing.T) {
 	ctx := context.Background()
 	rec, c := &recorder{}, &clock{}
 	s := openTokens(t, rec, c)
-	tok, info, err := s.Create(ctx, "prod", time.Hour, fp, "user:alice")
+	tok, info, err := s.Create(ctx, "prod", time.Hour, fp, alice)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,8 +90,22 @@ func TestTokenSingleUse(t *testing.T) {
 	if err := s.Redeem(ctx, other, "prod", "10.0.0.1"); !errors.Is(err, ErrTokenUnknown) {
 		t.Fatalf("unknown: %v", err)
 	}
-	if rec.count("token.create", true) != 1 || rec.count("token.use", true) != 1 || rec.count("token.use", false) != 3 {
-		t.Fatalf("audit events: %+v", rec.events)
+	created, used, denied := rec.of(audit.TypeTokenCreate), rec.of(audit.TypeTokenUse), rec.of(audit.TypeAuthDenied)
+	if len(created) != 1 || created[0].Principal.String() != "user:alice" || created[0].Cluster != "prod" || created[0].Fields["token_id"] != info.ID {
+		t.Fatalf("token.create events: %+v", created)
+	}
+	if len(used) != 1 || used[0].Cluster != "prod" || used[0].ClientAddr != "10.0.0.1" || used[0].Fields["token_id"] != info.ID {
+		t.Fatalf("token.use events: %+v", used)
+	}
+	// Other cluster, reused, unknown: each refusal is an auth.denied.
+	if len(denied) != 3 {
+		t.Fatalf("auth.denied events: %+v", denied)
+	}
+	for i, want := range []string{"another cluster", "used already", "not known"} {
+		d := denied[i]
+		if d.Denied.Hop != audit.HopProxy || d.Denied.Path != Path || !strings.Contains(d.Denied.Reason, want) || d.Fields["token_id"] == "" {
+			t.Errorf("refusal %d: %+v %+v, want reason %q", i, d, d.Denied, want)
+		}
 	}
 	list, _ := s.List(ctx)
 	if len(list) != 1 || list[0].Used == nil {
@@ -93,7 +117,7 @@ func TestTokenExpires(t *testing.T) {
 	ctx := context.Background()
 	c := &clock{}
 	s := openTokens(t, &recorder{}, c)
-	tok, _, err := s.Create(ctx, "prod", time.Minute, fp, "user:alice")
+	tok, _, err := s.Create(ctx, "prod", time.Minute, fp, alice)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +130,7 @@ func TestTokenExpires(t *testing.T) {
 func TestTokenConcurrentRedeemOnce(t *testing.T) {
 	ctx := context.Background()
 	s := openTokens(t, &recorder{}, &clock{})
-	tok, _, _ := s.Create(ctx, "prod", time.Hour, fp, "user:alice")
+	tok, _, _ := s.Create(ctx, "prod", time.Hour, fp, alice)
 	var ok atomic.Int32
 	var wg sync.WaitGroup
 	for i := 0; i < 8; i++ {
@@ -128,9 +152,9 @@ func TestTokenAuditFailsClosed(t *testing.T) {
 	ctx := context.Background()
 	rec := &recorder{}
 	s := openTokens(t, rec, &clock{})
-	tok, _, _ := s.Create(ctx, "prod", time.Hour, fp, "user:alice")
+	tok, _, _ := s.Create(ctx, "prod", time.Hour, fp, alice)
 	rec.fail = true
-	if _, _, err := s.Create(ctx, "prod", time.Hour, fp, "user:alice"); err == nil {
+	if _, _, err := s.Create(ctx, "prod", time.Hour, fp, alice); err == nil {
 		t.Fatal("token created without audit")
 	}
 	if err := s.Redeem(ctx, tok, "prod", "10.0.0.1"); err == nil {
@@ -154,7 +178,7 @@ func TestCreateValidates(t *testing.T) {
 	}{
 		{"../x", time.Hour, fp}, {"prod", time.Second, fp}, {"prod", 30 * 24 * time.Hour, fp}, {"prod", time.Hour, "nope"},
 	} {
-		if _, _, err := s.Create(context.Background(), tt.cluster, tt.ttl, tt.fp, "user:a"); err == nil {
+		if _, _, err := s.Create(context.Background(), tt.cluster, tt.ttl, tt.fp, alice); err == nil {
 			t.Errorf("Create(%+v) accepted", tt)
 		}
 	}

@@ -1,7 +1,6 @@
 package enroll
 
 import (
-	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/tls"
@@ -10,7 +9,6 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -18,6 +16,7 @@ import (
 	"time"
 
 	"github.com/limenhq/limen/gateway/auth"
+	"github.com/limenhq/limen/gateway/internal/apihttp"
 )
 
 // Path is where the proxy serves enrollment.
@@ -112,34 +111,15 @@ func Enroll(ctx context.Context, o Options) (*WorkerIdentity, error) {
 	if err != nil {
 		return nil, err
 	}
-	body, _ := json.Marshal(Request{Token: tok.String(), Cluster: o.Cluster, CSR: string(csr)})
 	timeout := o.Timeout
 	if timeout == 0 {
 		timeout = 30 * time.Second
 	}
-	client := &http.Client{Timeout: timeout, Transport: &http.Transport{TLSClientConfig: auth.PinnedTLSConfig(host, tok.CAFingerprint), ForceAttemptHTTP2: true}}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "https://"+o.Proxy+Path, bytes.NewReader(body))
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := client.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("enroll with %s: %w", o.Proxy, err)
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return nil, fmt.Errorf("enroll with %s: %w", o.Proxy, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		var e struct{ Error string }
-		json.Unmarshal(data, &e)
-		return nil, fmt.Errorf("enroll with %s: %s: %s", o.Proxy, resp.Status, e.Error)
-	}
+	client := apihttp.Client{Proxy: o.Proxy, HTTP: &http.Client{Timeout: timeout,
+		Transport: &http.Transport{TLSClientConfig: auth.PinnedTLSConfig(host, tok.CAFingerprint), ForceAttemptHTTP2: true}}}
 	var r Response
-	if err := json.Unmarshal(data, &r); err != nil {
-		return nil, fmt.Errorf("enroll with %s: bad response: %w", o.Proxy, err)
+	if err := client.Do(ctx, http.MethodPost, Path, Request{Token: tok.String(), Cluster: o.Cluster, CSR: string(csr)}, &r); err != nil {
+		return nil, fmt.Errorf("enroll with %s: %w", o.Proxy, err)
 	}
 	keyPEM, err := auth.KeyPEM(key)
 	if err != nil {

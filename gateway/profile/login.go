@@ -13,6 +13,7 @@ import (
 
 	"github.com/limenhq/limen/gateway/auth"
 	"github.com/limenhq/limen/gateway/authapi"
+	"github.com/limenhq/limen/gateway/internal/apihttp"
 )
 
 // Trust says how to trust a proxy at login. With neither field set, the CA
@@ -94,7 +95,7 @@ func (p *Profile) Client(creds *Credentials) (*authapi.Client, error) {
 	if creds != nil {
 		cfg.Certificates = []tls.Certificate{creds.TLS}
 	}
-	c := &authapi.Client{Proxy: p.Proxy, HTTP: httpClient(cfg)}
+	c := &authapi.Client{Client: apihttp.Client{Proxy: p.Proxy, HTTP: httpClient(cfg)}}
 	if creds != nil {
 		c.Hint = "if the proxy refused your certificate, run limen login --proxy " + p.Proxy
 	}
@@ -132,7 +133,7 @@ func (p *Profile) Login(ctx context.Context, req LoginRequest) (*authapi.LoginRe
 	if req.TTL > 0 {
 		lr.TTL = req.TTL.String()
 	}
-	client := &authapi.Client{Proxy: p.Proxy, HTTP: httpClient(cfg)}
+	client := &authapi.Client{Client: apihttp.Client{Proxy: p.Proxy, HTTP: httpClient(cfg)}}
 	resp, err := client.Login(ctx, lr)
 	if err != nil {
 		return nil, fmt.Errorf("login to %s: %w", p.Proxy, err)

@@ -1,0 +1,68 @@
+package apihttp
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/limenhq/limen/gateway/audit"
+	"github.com/limenhq/limen/gateway/identity"
+	"github.com/limenhq/limen/gateway/locks"
+)
+
+type allowAll struct{}
+
+func (allowAll) AdminAllow(context.Context, identity.Principal, string) (bool, error) {
+	return true, nil
+}
+
+type discard struct{}
+
+func (discard) Emit(context.Context, audit.Event) error { return nil }
+
+func TestNewGateRequires(t *testing.T) {
+	principal := func(*http.Request) (identity.Principal, error) { return identity.Principal{}, nil }
+	full := Gate{Principal: principal, Locks: locks.NewSet(), Policy: allowAll{}, Audit: discard{}}
+	for _, tt := range []struct {
+		drop func(*Gate)
+		want string
+	}{
+		{func(g *Gate) { g.Principal = nil }, "principal function is required"},
+		{func(g *Gate) { g.Locks = nil }, "lock set is required"},
+		{func(g *Gate) { g.Policy = nil }, "admin policy is required"},
+		{func(g *Gate) { g.Audit = nil }, "audit sink is required"},
+	} {
+		g := full
+		tt.drop(&g)
+		if _, err := NewGate("testapi", g); err == nil || !strings.Contains(err.Error(), "testapi: "+tt.want) {
+			t.Errorf("NewGate: %v, want %q", err, tt.want)
+		}
+	}
+	g, err := NewGate("testapi", full)
+	if err != nil || g.Now == nil || g.ClientAddr == nil || g.Logger == nil {
+		t.Fatalf("NewGate(full) = %+v, %v", g, err)
+	}
+}
+
+// A Principal function that accepts a request without a verified
+// certificate (a wiring bug) must not get past the expiry check.
+func TestGateRefusesWithoutVerifiedCertificate(t *testing.T) {
+	lenient := func(*http.Request) (identity.Principal, error) {
+		return identity.Principal{Kind: identity.KindUser, Name: "alice"}, nil
+	}
+	g, err := NewGate("testapi", Gate{Principal: lenient, Locks: locks.NewSet(), Policy: allowAll{}, Audit: discard{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	called := false
+	next := func(http.ResponseWriter, *http.Request, identity.Principal) { called = true }
+	for name, h := range map[string]http.HandlerFunc{"Authenticated": g.Authenticated(next), "Admin": g.Admin("x", next)} {
+		w := httptest.NewRecorder()
+		h(w, httptest.NewRequest(http.MethodGet, "/v1/x", nil))
+		if called || w.Code != http.StatusUnauthorized {
+			t.Errorf("%s without TLS: called=%v, %d", name, called, w.Code)
+		}
+	}
+}
