@@ -70,9 +70,8 @@ type Config struct {
 
 // Handler serves the session-control admin API.
 type Handler struct {
-	cfg   Config
-	gate  *apihttp.Gate
-	serve http.Handler
+	cfg Config
+	api *apihttp.API
 }
 
 // New checks cfg and builds the handler.
@@ -83,20 +82,17 @@ func New(cfg Config) (*Handler, error) {
 	case cfg.Sessions == nil:
 		return nil, errors.New("adminapi: session registry is required")
 	}
-	gate, err := apihttp.NewGate("adminapi", apihttp.Gate{Principal: cfg.Principal, Locks: cfg.Locks,
+	api, err := apihttp.New("adminapi", apihttp.Gate{Principal: cfg.Principal, Locks: cfg.Locks,
 		Policy: cfg.Admin, Audit: cfg.Audit, ClientAddr: cfg.ClientAddr, Now: cfg.Now, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}
-	cfg.Logger, cfg.Now = gate.Logger, gate.Now
-	mux := http.NewServeMux()
-	h := &Handler{cfg: cfg, gate: gate, serve: apihttp.NoStore(mux)}
-	mux.HandleFunc("GET "+PathLocks, gate.Admin(ActionLocksList, h.listLocks))
-	mux.HandleFunc("POST "+PathLocks, gate.Admin(ActionLock, h.lock))
-	mux.HandleFunc("DELETE "+PathLocks+"/{kind}/{name}", gate.Admin(ActionUnlock, h.unlock))
-	mux.HandleFunc("GET "+PathSessions, gate.Admin(ActionSessionsList, h.listSessions))
-	mux.HandleFunc("POST "+PathSessions+"/{id}/kill", gate.Admin(ActionSessionKill, h.kill))
-	mux.HandleFunc("/", apihttp.NotFound)
+	h := &Handler{cfg: cfg, api: api}
+	api.Admin("GET "+PathLocks, ActionLocksList, h.listLocks)
+	api.Admin("POST "+PathLocks, ActionLock, h.lock)
+	api.Admin("DELETE "+PathLocks+"/{kind}/{name}", ActionUnlock, h.unlock)
+	api.Admin("GET "+PathSessions, ActionSessionsList, h.listSessions)
+	api.Admin("POST "+PathSessions+"/{id}/kill", ActionSessionKill, h.kill)
 	return h, nil
 }
 
@@ -109,4 +105,4 @@ func (h *Handler) Register(mux *http.ServeMux) {
 }
 
 // ServeHTTP implements http.Handler.
-func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.serve.ServeHTTP(w, r) }
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.api.ServeHTTP(w, r) }

@@ -48,9 +48,9 @@ func (req LockRequest) lock(by identity.Principal, now time.Time) (locks.Lock, e
 }
 
 func (h *Handler) listLocks(w http.ResponseWriter, r *http.Request, _ identity.Principal) {
-	list, err := h.cfg.LockStore.List(r.Context(), h.cfg.Now())
+	list, err := h.cfg.LockStore.List(r.Context(), h.api.Now())
 	if err != nil {
-		h.cfg.Logger.Error("list locks", "err", err)
+		h.api.Logger.Error("list locks", "err", err)
 		apihttp.WriteError(w, http.StatusServiceUnavailable, "lock store unavailable: try again later")
 		return
 	}
@@ -65,18 +65,18 @@ func (h *Handler) lock(w http.ResponseWriter, r *http.Request, p identity.Princi
 	if !apihttp.Decode(w, r, &req) {
 		return
 	}
-	l, err := req.lock(p, h.cfg.Now())
+	l, err := req.lock(p, h.api.Now())
 	if err != nil {
 		apihttp.WriteError(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	if err := h.cfg.LockStore.Add(r.Context(), l); err != nil {
-		h.cfg.Logger.Error("store lock", "target", l.Target.String(), "err", err)
+		h.api.Logger.Error("store lock", "target", l.Target.String(), "err", err)
 		apihttp.WriteError(w, http.StatusServiceUnavailable, "lock store unavailable; the lock is NOT in force: try again")
 		return
 	}
 	h.changed(r, locks.Change{Op: locks.OpSet, Lock: l})
-	if err := h.gate.Emit(r, lockEvent(audit.TypeUserLock, p, l)); err != nil {
+	if err := h.api.Emit(r, lockEvent(audit.TypeUserLock, p, l)); err != nil {
 		apihttp.WriteError(w, http.StatusServiceUnavailable, "the lock is in force, but the audit trail did not record it: "+err.Error())
 		return
 	}
@@ -91,19 +91,19 @@ func (h *Handler) unlock(w http.ResponseWriter, r *http.Request, p identity.Prin
 		apihttp.WriteError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	l, err := h.cfg.LockStore.Remove(r.Context(), t, h.cfg.Now())
+	l, err := h.cfg.LockStore.Remove(r.Context(), t, h.api.Now())
 	switch {
 	case errors.Is(err, locks.ErrNotFound):
 		apihttp.WriteError(w, http.StatusNotFound, fmt.Sprintf("%s is not locked", t))
 		return
 	case err != nil:
-		h.cfg.Logger.Error("remove lock", "target", t.String(), "err", err)
+		h.api.Logger.Error("remove lock", "target", t.String(), "err", err)
 		apihttp.WriteError(w, http.StatusServiceUnavailable, "lock store unavailable; the lock stays in force: try again")
 		return
 	}
-	if err := h.gate.Emit(r, lockEvent(audit.TypeUserUnlock, p, l)); err != nil {
+	if err := h.api.Emit(r, lockEvent(audit.TypeUserUnlock, p, l)); err != nil {
 		if rerr := h.cfg.LockStore.Add(r.Context(), l); rerr != nil {
-			h.cfg.Logger.Error("restore lock after failed audit", "target", t.String(), "err", rerr)
+			h.api.Logger.Error("restore lock after failed audit", "target", t.String(), "err", rerr)
 			h.changed(r, locks.Change{Op: locks.OpRemove, Lock: l})
 			apihttp.WriteError(w, http.StatusServiceUnavailable, "audit trail and lock store unavailable: the lock was removed but NOT audited: "+err.Error())
 			return
@@ -155,7 +155,7 @@ func (h *Handler) kill(w http.ResponseWriter, r *http.Request, p identity.Princi
 	}
 	e := audit.Event{Type: audit.TypeSessionKill, Principal: p, Cluster: info.Cluster, SessionID: id,
 		Fields: map[string]string{"user": info.Principal.String(), "kind": string(info.Kind), "target": info.Target}}
-	if err := h.gate.Emit(r, e); err != nil {
+	if err := h.api.Emit(r, e); err != nil {
 		apihttp.WriteError(w, http.StatusServiceUnavailable, "the session is killed, but the audit trail did not record it: "+err.Error())
 		return
 	}

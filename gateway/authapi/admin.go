@@ -60,7 +60,7 @@ func (h *Handler) userChange(w http.ResponseWriter, r *http.Request, p identity.
 	if err != nil {
 		fields["error"] = err.Error()
 	}
-	aerr := h.gate.Emit(r, audit.Event{Type: typ, Principal: p, Fields: fields})
+	aerr := h.api.Emit(r, audit.Event{Type: typ, Principal: p, Fields: fields})
 	switch {
 	case err == nil && aerr != nil:
 		apihttp.WriteError(w, http.StatusServiceUnavailable, "the change is made, but the audit trail did not record it: "+aerr.Error())
@@ -115,6 +115,6 @@ func (h *Handler) listTokens(w http.ResponseWriter, r *http.Request, _ identity.
 }
 
 func (h *Handler) storeFailed(w http.ResponseWriter, err error) {
-	h.cfg.Logger.Error("store failed", "err", err)
+	h.api.Logger.Error("store failed", "err", err)
 	apihttp.WriteError(w, http.StatusServiceUnavailable, "store unavailable: try again later")
 }

@@ -104,6 +104,18 @@ func (e *env) login(t *testing.T, user, pw string) (*profile.Profile, *profile.C
 	return p, creds
 }
 
+// client logs user in and returns an API client presenting the
+// certificate, with the credentials.
+func (e *env) client(t *testing.T, user, pw string) (*authapi.Client, *profile.Credentials) {
+	t.Helper()
+	p, creds := e.login(t, user, pw)
+	c, err := p.Client(creds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, creds
+}
+
 func TestLoginWhoAmIClusters(t *testing.T) {
 	e := setup(t)
 	ctx := context.Background()
@@ -155,10 +167,8 @@ func TestLoginRefusals(t *testing.T) {
 func TestAdminEndpointsFollowPolicy(t *testing.T) {
 	e := setup(t)
 	ctx := context.Background()
-	pa, admin := e.login(t, "root-admin", "admin-password")
-	pu, alice := e.login(t, "alice", "alice-password")
-	ac, _ := pa.Client(admin)
-	uc, _ := pu.Client(alice)
+	ac, _ := e.client(t, "root-admin", "admin-password")
+	uc, _ := e.client(t, "alice", "alice-password")
 	if err := uc.AddUser(ctx, authapi.UserRequest{Name: "mallory", Password: "mallory-pw"}); !isStatus(err, 403) {
 		t.Fatalf("non-admin add user: %v", err)
 	}
@@ -189,8 +199,7 @@ func TestAdminEndpointsFollowPolicy(t *testing.T) {
 func TestEnrollment(t *testing.T) {
 	e := setup(t)
 	ctx := context.Background()
-	pa, admin := e.login(t, "root-admin", "admin-password")
-	ac, _ := pa.Client(admin)
+	ac, _ := e.client(t, "root-admin", "admin-password")
 	newToken := func(cluster, ttl string) string {
 		tr, err := ac.CreateToken(ctx, authapi.TokenRequest{Cluster: cluster, TTL: ttl})
 		if err != nil {
@@ -306,13 +315,11 @@ func TestRefusalsAreStoredAsDenied(t *testing.T) {
 	if _, err := p.Login(ctx, profile.LoginRequest{User: "evil\x1b[2J", Password: "wrong", Trust: pin}); !isStatus(err, 401) {
 		t.Fatalf("invalid user name: %v", err)
 	}
-	pu, alice := e.login(t, "alice", "alice-password")
-	uc, _ := pu.Client(alice)
+	uc, alice := e.client(t, "alice", "alice-password")
 	if _, err := uc.CreateToken(ctx, authapi.TokenRequest{Cluster: "prod"}); !isStatus(err, 403) {
 		t.Fatalf("non-admin create token: %v", err)
 	}
-	pa, admin := e.login(t, "root-admin", "admin-password")
-	ac, _ := pa.Client(admin)
+	ac, _ := e.client(t, "root-admin", "admin-password")
 	tr, err := ac.CreateToken(ctx, authapi.TokenRequest{Cluster: "prod"})
 	if err != nil {
 		t.Fatal(err)
@@ -380,8 +387,7 @@ func TestRefusalsAreStoredAsDenied(t *testing.T) {
 func TestAdminChecksLocksAndExpiry(t *testing.T) {
 	e := setup(t)
 	ctx := context.Background()
-	pa, admin := e.login(t, "root-admin", "admin-password")
-	ac, _ := pa.Client(admin)
+	ac, admin := e.client(t, "root-admin", "admin-password")
 	if _, err := ac.ListUsers(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -427,8 +433,7 @@ func TestAdminChecksLocksAndExpiry(t *testing.T) {
 func TestAuditDown(t *testing.T) {
 	e := setup(t)
 	ctx := context.Background()
-	pa, admin := e.login(t, "root-admin", "admin-password")
-	ac, _ := pa.Client(admin)
+	ac, _ := e.client(t, "root-admin", "admin-password")
 	e.audit.Close() // a closed store refuses every event: the real "audit trail unavailable"
 	if err := ac.AddUser(ctx, authapi.UserRequest{Name: "bob", Password: "bob-password"}); !isStatus(err, 503) ||
 		!strings.Contains(err.Error(), "did not record it") {

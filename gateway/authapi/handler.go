@@ -63,9 +63,8 @@ type Config struct {
 
 // Handler serves the identity API. Mount it at "/v1/".
 type Handler struct {
-	cfg   Config
-	gate  *apihttp.Gate
-	serve http.Handler
+	cfg Config
+	api *apihttp.API
 }
 
 // New checks cfg and builds the handler.
@@ -80,30 +79,27 @@ func New(cfg Config) (*Handler, error) {
 	case cfg.Clusters == nil:
 		return nil, errors.New("authapi: cluster policy is required")
 	}
-	gate, err := apihttp.NewGate("authapi", apihttp.Gate{Principal: cfg.CA.PrincipalFromRequest, Locks: cfg.Locks,
+	api, err := apihttp.New("authapi", apihttp.Gate{Principal: cfg.CA.PrincipalFromRequest, Locks: cfg.Locks,
 		Policy: cfg.Admin, Audit: cfg.Audit, ClientAddr: cfg.ClientAddr, Now: cfg.Now, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}
-	cfg.Logger, cfg.ClientAddr = gate.Logger, gate.ClientAddr
-	mux := http.NewServeMux()
-	h := &Handler{cfg: cfg, gate: gate, serve: apihttp.NoStore(mux)}
-	mux.HandleFunc("POST "+PathLogin, h.login)
-	mux.HandleFunc("POST "+PathEnroll, h.enroll)
-	mux.HandleFunc("GET "+PathWhoAmI, gate.Authenticated(h.whoami))
-	mux.HandleFunc("GET "+PathClusters, gate.Authenticated(h.clusters))
-	mux.HandleFunc("GET "+PathUsers, gate.Admin(ActionUsersList, h.listUsers))
-	mux.HandleFunc("POST "+PathUsers, gate.Admin(ActionUsersAdd, h.addUser))
-	mux.HandleFunc("DELETE "+PathUsers+"/{name}", gate.Admin(ActionUsersRemove, h.removeUser))
-	mux.HandleFunc("PUT "+PathUsers+"/{name}/password", gate.Admin(ActionUsersPasswd, h.setPassword))
-	mux.HandleFunc("GET "+PathTokens, gate.Admin(ActionTokensList, h.listTokens))
-	mux.HandleFunc("POST "+PathTokens, gate.Admin(ActionTokensCreate, h.createToken))
-	mux.HandleFunc("/", apihttp.NotFound)
+	h := &Handler{cfg: cfg, api: api}
+	api.Public("POST "+PathLogin, h.login)
+	api.Public("POST "+PathEnroll, h.enroll)
+	api.Authenticated("GET "+PathWhoAmI, h.whoami)
+	api.Authenticated("GET "+PathClusters, h.clusters)
+	api.Admin("GET "+PathUsers, ActionUsersList, h.listUsers)
+	api.Admin("POST "+PathUsers, ActionUsersAdd, h.addUser)
+	api.Admin("DELETE "+PathUsers+"/{name}", ActionUsersRemove, h.removeUser)
+	api.Admin("PUT "+PathUsers+"/{name}/password", ActionUsersPasswd, h.setPassword)
+	api.Admin("GET "+PathTokens, ActionTokensList, h.listTokens)
+	api.Admin("POST "+PathTokens, ActionTokensCreate, h.createToken)
 	return h, nil
 }
 
 // ServeHTTP implements http.Handler.
-func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.serve.ServeHTTP(w, r) }
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.api.ServeHTTP(w, r) }
 
 // StatusError is an error answer from the API.
 type StatusError = apihttp.StatusError

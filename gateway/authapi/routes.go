@@ -31,30 +31,30 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	u, err := h.cfg.Users.Authenticate(r.Context(), req.User, req.Password, h.cfg.ClientAddr(r))
+	u, err := h.cfg.Users.Authenticate(r.Context(), req.User, req.Password, h.api.ClientAddr(r))
 	switch {
 	case errors.Is(err, users.ErrRateLimited):
-		h.gate.Deny(r, identity.Principal{}, "login: rate limited", map[string]string{"user": claimedUser(req.User)})
+		h.api.Deny(r, identity.Principal{}, "login: rate limited", map[string]string{"user": claimedUser(req.User)})
 		w.Header().Set("Retry-After", strconv.Itoa(60))
 		apihttp.WriteError(w, http.StatusTooManyRequests, err.Error())
 		return
 	case errors.Is(err, users.ErrBadCredentials):
-		h.gate.Deny(r, identity.Principal{}, "login: bad credentials", map[string]string{"user": claimedUser(req.User)})
+		h.api.Deny(r, identity.Principal{}, "login: bad credentials", map[string]string{"user": claimedUser(req.User)})
 		apihttp.WriteError(w, http.StatusUnauthorized, err.Error())
 		return
 	case err != nil:
-		h.cfg.Logger.Error("login: user store failed", "err", err)
+		h.api.Logger.Error("login: user store failed", "err", err)
 		apihttp.WriteError(w, http.StatusServiceUnavailable, "user store unavailable: try again later")
 		return
 	}
 	p := identity.Principal{Kind: identity.KindUser, Name: u.Name, Traits: u.Traits, LoginID: newLoginID()}
 	cert, err := h.cfg.CA.IssueUser(csr.PublicKey, p, ttl)
 	if err != nil {
-		h.cfg.Logger.Error("login: issue certificate", "user", u.Name, "err", err)
+		h.api.Logger.Error("login: issue certificate", "user", u.Name, "err", err)
 		apihttp.WriteError(w, http.StatusInternalServerError, "could not issue a certificate")
 		return
 	}
-	if h.gate.Emit(r, audit.Event{Type: audit.TypeAuthLogin, Principal: p, Fields: map[string]string{
+	if h.api.Emit(r, audit.Event{Type: audit.TypeAuthLogin, Principal: p, Fields: map[string]string{
 		"login_id": p.LoginID, "expires": cert.NotAfter.UTC().Format(time.RFC3339)}}) != nil {
 		apihttp.WriteError(w, http.StatusServiceUnavailable, "audit unavailable: try again later")
 		return
@@ -70,7 +70,7 @@ func (h *Handler) whoami(w http.ResponseWriter, r *http.Request, p identity.Prin
 func (h *Handler) clusters(w http.ResponseWriter, r *http.Request, p identity.Principal) {
 	names, err := h.cfg.Clusters.Clusters(r.Context(), p)
 	if err != nil {
-		h.cfg.Logger.Error("cluster policy evaluation failed", "principal", p.String(), "err", err)
+		h.api.Logger.Error("cluster policy evaluation failed", "principal", p.String(), "err", err)
 		apihttp.WriteError(w, http.StatusServiceUnavailable, "policy unavailable: try again later")
 		return
 	}
@@ -109,10 +109,10 @@ func (h *Handler) enroll(w http.ResponseWriter, r *http.Request) {
 		apihttp.WriteError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	if err := h.cfg.Tokens.Redeem(r.Context(), tok, req.Cluster, h.cfg.ClientAddr(r)); err != nil {
+	if err := h.cfg.Tokens.Redeem(r.Context(), tok, req.Cluster, h.api.ClientAddr(r)); err != nil {
 		status := http.StatusForbidden
 		if !enroll.IsRefusal(err) {
-			h.cfg.Logger.Error("enroll: token store failed", "err", err)
+			h.api.Logger.Error("enroll: token store failed", "err", err)
 			status, err = http.StatusServiceUnavailable, errors.New("token store unavailable: try again later")
 		}
 		apihttp.WriteError(w, status, err.Error())
@@ -120,7 +120,7 @@ func (h *Handler) enroll(w http.ResponseWriter, r *http.Request) {
 	}
 	cert, err := h.cfg.CA.IssueWorker(csr.PublicKey, req.Cluster)
 	if err != nil {
-		h.cfg.Logger.Error("enroll: issue worker certificate", "cluster", req.Cluster, "err", err)
+		h.api.Logger.Error("enroll: issue worker certificate", "cluster", req.Cluster, "err", err)
 		apihttp.WriteError(w, http.StatusInternalServerError, "could not issue a worker certificate")
 		return
 	}

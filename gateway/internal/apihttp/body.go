@@ -157,16 +157,7 @@ func RemoteIP(r *http.Request) string {
 	return host
 }
 
-// NotFound answers a request no endpoint matched.
-func NotFound(w http.ResponseWriter, r *http.Request) {
+// notFound answers a request no endpoint matched.
+func notFound(w http.ResponseWriter, r *http.Request) {
 	WriteError(w, http.StatusNotFound, "no such API endpoint: "+r.Method+" "+r.URL.Path)
-}
-
-// NoStore serves mux with Cache-Control: no-store, since the answers carry
-// certificates, tokens and user lists.
-func NoStore(mux http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Cache-Control", "no-store")
-		mux.ServeHTTP(w, r)
-	})
 }

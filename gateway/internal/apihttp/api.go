@@ -18,9 +18,9 @@ type AdminPolicy interface {
 	AdminAllow(ctx context.Context, p identity.Principal, action string) (bool, error)
 }
 
-// Gate decides who may call an endpoint, audits what it refuses, and
-// records the handlers' own events with the caller's address. Build it
-// with NewGate.
+// Gate holds what the caller checks need: who the caller is, the locks in
+// force, the admin policy, and the audit trail for refusals and for the
+// handlers' own events.
 type Gate struct {
 	// Principal returns the principal of the request's verified client
 	// certificate (auth.Authority.PrincipalFromRequest). Required.
@@ -41,18 +41,26 @@ type Gate struct {
 	Logger *slog.Logger
 }
 
-// NewGate checks g's required fields and fills in the defaults. api names
-// the package for the errors ("authapi").
-func NewGate(api string, g Gate) (*Gate, error) {
+// API is one of the proxy's /v1/ APIs: endpoints registered behind the
+// Gate's caller checks, answered with no-store, and a JSON 404 for the
+// rest. Handlers use its Gate (filled in with defaults) to emit events.
+type API struct {
+	Gate
+	mux *http.ServeMux
+}
+
+// New checks g's required fields, fills in the defaults and returns an API
+// with no endpoints yet. name is the package, for the errors ("authapi").
+func New(name string, g Gate) (*API, error) {
 	switch {
 	case g.Principal == nil:
-		return nil, fmt.Errorf("%s: principal function is required", api)
+		return nil, fmt.Errorf("%s: principal function is required", name)
 	case g.Locks == nil:
-		return nil, fmt.Errorf("%s: lock set is required: admin calls check locks", api)
+		return nil, fmt.Errorf("%s: lock set is required: admin calls check locks", name)
 	case g.Policy == nil:
-		return nil, fmt.Errorf("%s: admin policy is required", api)
+		return nil, fmt.Errorf("%s: admin policy is required", name)
 	case g.Audit == nil:
-		return nil, fmt.Errorf("%s: audit sink is required", api)
+		return nil, fmt.Errorf("%s: audit sink is required", name)
 	}
 	if g.ClientAddr == nil {
 		g.ClientAddr = RemoteIP
@@ -63,54 +71,66 @@ func NewGate(api string, g Gate) (*Gate, error) {
 	if g.Logger == nil {
 		g.Logger = slog.Default()
 	}
-	return &g, nil
+	a := &API{Gate: g, mux: http.NewServeMux()}
+	a.mux.HandleFunc("/", notFound)
+	return a, nil
+}
+
+// ServeHTTP implements http.Handler. Answers are never cached: they carry
+// certificates, tokens and user lists.
+func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Cache-Control", "no-store")
+	a.mux.ServeHTTP(w, r)
 }
 
 // PrincipalHandler serves a request whose caller the Gate has checked.
 type PrincipalHandler func(http.ResponseWriter, *http.Request, identity.Principal)
 
-// Authenticated requires a verified user or bot certificate that has not
-// expired (a kept-alive connection can outlive its certificate).
-func (g *Gate) Authenticated(next PrincipalHandler) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		p, err := g.authenticate(r)
+// Public serves pattern to anyone (login, enrollment).
+func (a *API) Public(pattern string, h http.HandlerFunc) { a.mux.HandleFunc(pattern, h) }
+
+// Authenticated serves pattern to a verified user or bot certificate that
+// has not expired (a kept-alive connection can outlive its certificate).
+func (a *API) Authenticated(pattern string, h PrincipalHandler) {
+	a.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		p, err := a.authenticate(r)
 		if err != nil {
 			WriteError(w, http.StatusUnauthorized, err.Error())
 			return
 		}
-		next(w, r, p)
-	}
+		h(w, r, p)
+	})
 }
 
-// Admin requires what Authenticated does, no lock on the caller (the same
-// checks as /k8s/), and the policy's consent for action. Every refusal is
-// audited as auth.denied.
-func (g *Gate) Admin(action string, next PrincipalHandler) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		p, err := g.authenticate(r)
+// Admin serves pattern as Authenticated does, and only to a caller with no
+// lock in force (the same checks as /k8s/) whom the policy allows action.
+// Every refusal is audited as auth.denied.
+func (a *API) Admin(pattern, action string, h PrincipalHandler) {
+	a.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		p, err := a.authenticate(r)
 		if err != nil {
-			g.Deny(r, identity.Principal{}, "admin action "+action+": "+err.Error(), nil)
+			a.Deny(r, identity.Principal{}, "admin action "+action+": "+err.Error(), nil)
 			WriteError(w, http.StatusUnauthorized, err.Error())
 			return
 		}
-		if err := g.Locks.Check(p, g.Now()); err != nil {
-			g.Deny(r, p, "admin action "+action+": locked: "+err.Error(), nil)
+		if err := a.Locks.Check(p, a.Now()); err != nil {
+			a.Deny(r, p, "admin action "+action+": locked: "+err.Error(), nil)
 			WriteError(w, http.StatusForbidden, err.Error())
 			return
 		}
-		ok, err := g.Policy.AdminAllow(r.Context(), p, action)
+		ok, err := a.Policy.AdminAllow(r.Context(), p, action)
 		if err != nil {
-			g.Logger.Error("admin policy evaluation failed", "action", action, "principal", p.String(), "err", err)
+			a.Logger.Error("admin policy evaluation failed", "action", action, "principal", p.String(), "err", err)
 			WriteError(w, http.StatusServiceUnavailable, "policy unavailable: try again later")
 			return
 		}
 		if !ok {
-			g.Deny(r, p, "admin action "+action+" not allowed", nil)
+			a.Deny(r, p, "admin action "+action+" not allowed", nil)
 			WriteError(w, http.StatusForbidden, fmt.Sprintf("policy does not allow %s to %s", p, action))
 			return
 		}
-		next(w, r, p)
-	}
+		h(w, r, p)
+	})
 }
 
 // ErrCertificateExpired refuses a certificate past its NotAfter on a

@@ -22,7 +22,7 @@ type discard struct{}
 
 func (discard) Emit(context.Context, audit.Event) error { return nil }
 
-func TestNewGateRequires(t *testing.T) {
+func TestNewRequires(t *testing.T) {
 	principal := func(*http.Request) (identity.Principal, error) { return identity.Principal{}, nil }
 	full := Gate{Principal: principal, Locks: locks.NewSet(), Policy: allowAll{}, Audit: discard{}}
 	for _, tt := range []struct {
@@ -36,13 +36,13 @@ func TestNewGateRequires(t *testing.T) {
 	} {
 		g := full
 		tt.drop(&g)
-		if _, err := NewGate("testapi", g); err == nil || !strings.Contains(err.Error(), "testapi: "+tt.want) {
-			t.Errorf("NewGate: %v, want %q", err, tt.want)
+		if _, err := New("testapi", g); err == nil || !strings.Contains(err.Error(), "testapi: "+tt.want) {
+			t.Errorf("New: %v, want %q", err, tt.want)
 		}
 	}
-	g, err := NewGate("testapi", full)
+	g, err := New("testapi", full)
 	if err != nil || g.Now == nil || g.ClientAddr == nil || g.Logger == nil {
-		t.Fatalf("NewGate(full) = %+v, %v", g, err)
+		t.Fatalf("New(full) = %+v, %v", g, err)
 	}
 }
 
@@ -52,17 +52,25 @@ func TestGateRefusesWithoutVerifiedCertificate(t *testing.T) {
 	lenient := func(*http.Request) (identity.Principal, error) {
 		return identity.Principal{Kind: identity.KindUser, Name: "alice"}, nil
 	}
-	g, err := NewGate("testapi", Gate{Principal: lenient, Locks: locks.NewSet(), Policy: allowAll{}, Audit: discard{}})
+	a, err := New("testapi", Gate{Principal: lenient, Locks: locks.NewSet(), Policy: allowAll{}, Audit: discard{}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	called := false
 	next := func(http.ResponseWriter, *http.Request, identity.Principal) { called = true }
-	for name, h := range map[string]http.HandlerFunc{"Authenticated": g.Authenticated(next), "Admin": g.Admin("x", next)} {
+	a.Authenticated("GET /v1/who", next)
+	a.Admin("GET /v1/admin", "x", next)
+	for _, path := range []string{"/v1/who", "/v1/admin"} {
 		w := httptest.NewRecorder()
-		h(w, httptest.NewRequest(http.MethodGet, "/v1/x", nil))
+		a.ServeHTTP(w, httptest.NewRequest(http.MethodGet, path, nil))
 		if called || w.Code != http.StatusUnauthorized {
-			t.Errorf("%s without TLS: called=%v, %d", name, called, w.Code)
+			t.Errorf("%s without TLS: called=%v, %d", path, called, w.Code)
 		}
+	}
+	w := httptest.NewRecorder()
+	a.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/v1/nothing", nil))
+	if w.Code != http.StatusNotFound || !strings.Contains(w.Body.String(), "no such API endpoint: GET /v1/nothing") ||
+		w.Header().Get("Cache-Control") != "no-store" {
+		t.Errorf("unknown endpoint: %d %s %v", w.Code, w.Body, w.Header())
 	}
 }
