@@ -1,6 +1,6 @@
 // Package apihttp is the plumbing the proxy's JSON APIs under /v1/ share
 // (authapi: login, enrollment, users and tokens; adminapi: locks and
-// sessions): who may call an endpoint (Gate), how a request body is read,
+// sessions): who may call an endpoint (API, Gate), how a request body is read,
 // how answers and errors are written, and the client side of the same
 // conventions. It exists so that those rules are written once: two copies
 // had already drifted apart in their body limits and in how refusals were
