@@ -129,13 +129,40 @@ func (s *session) clientFlow(dst io.Writer, src io.Reader) error {
 }
 
 // serverFlow copies the API server's bytes to the client, feeding them to
-// the server decoder (and through it the recording) first. It relays only
-// whole frames and holds an unfinished one back, so the client's bytes
-// always end at a frame boundary: if the API server's bytes stop before
-// the command's exit status, Limen can end the stream there with a failure
-// status the client reports, instead of a cut stream the client might take
-// for success.
-func (s *session) serverFlow(dst io.Writer, src io.Reader) error {
+// the server decoder (and through it the recording) first.
+//
+// The API server is read as fast as it sends, into a backlog, whatever the
+// pace of the recording and the user: the kubelet and the API server close
+// a finished stream at once, and output still queued in their sockets then
+// is discarded by their kernel when any byte reaches them before it is
+// sent — kubectl's and the API server's 5-second heartbeats do. Output the
+// worker has read is safe.
+//
+// It relays only whole frames and holds an unfinished one back, so the
+// client's bytes always end at a frame boundary: if the API server's bytes
+// stop before the command's exit status, Limen can end the stream there
+// with a failure status the client reports, instead of a cut stream the
+// client might take for success.
+func (s *session) serverFlow(dst io.Writer, up io.Reader) error {
+	src := s.x.h.Backlog.open()
+	filled := make(chan error, 1)
+	go func() { filled <- relay.Fill(src, up) }()
+	defer func() {
+		if !src.Ended() {
+			// The output is no longer wanted: stop the API server, which
+			// also ends Fill.
+			_ = s.up.Close()
+		}
+		_ = src.Close()
+		if err := <-filled; err != nil {
+			// The backlog refused bytes (its file failed): the API server
+			// must stop too.
+			_ = s.up.Close()
+		}
+		if p := src.Peak(); p > DefaultBacklogMemory {
+			s.x.h.Logger.Debug("stream read ahead of the user", "session", s.x.grant.SessionID, "peak_bytes", p)
+		}
+	}()
 	dec := s.pair.Server
 	buf := make([]byte, relayBuffer)
 	n := 0 // bytes in buf, not yet relayed
@@ -243,6 +270,18 @@ func (s *session) fail(dst io.Writer, atBoundary bool, msg string) {
 	if b := s.pair.Failure(msg); b != nil {
 		_, _ = dst.Write(b)
 	}
+}
+
+// open returns a new stream backlog.
+func (b Backlog) open() *relay.Backlog {
+	memory, limit := b.Memory, b.Max
+	if memory <= 0 {
+		memory = DefaultBacklogMemory
+	}
+	if limit <= 0 {
+		limit = DefaultBacklogMax
+	}
+	return relay.NewBacklog(b.Dir, memory, limit)
 }
 
 // hasExit reports whether the stream ends with an exit status (exec and
