@@ -44,10 +44,12 @@ func streamRuns(t *testing.T) int {
 
 // TestStreamBytesExact moves 64 MiB out of a pod (cat, then exit 7) and
 // into it (stdin to sha256sum) through Limen, with recording on, over
-// WebSocket (the newest kubectl) and SPDY (kubectl 1.29), several times,
-// while a CPU-burning neighbour competes for every core. Each run must
-// deliver exactly the bytes of the direct run: same count, same SHA-256,
-// same exit code. session.end must say the stream completed.
+// WebSocket (the newest kubectl) and SPDY (kubectl 1.29), several times.
+// Each run must deliver exactly the bytes of the direct run: same count,
+// same SHA-256, same exit code; session.end must say the stream completed.
+// LIMEN_STREAM_BURN=1 adds a CPU-burning neighbour on every core, the
+// condition under which issue #11's truncation showed (make stress runs
+// that matrix at length).
 func TestStreamBytesExact(t *testing.T) {
 	kc := userKubeconfig(t, "alice")
 	c := clustertest.Cluster(t)
@@ -64,7 +66,9 @@ func TestStreamBytesExact(t *testing.T) {
 	if _, stderr, code := newest.runBytes(t, c.Kubeconfig, blob, "-n", ns, "exec", "-i", "bytes", "--", "sh", "-c", "cat > blob"); code != 0 {
 		t.Fatalf("write the blob into the pod: exit %d: %s", code, stderr)
 	}
-	burnCPU(t)
+	if os.Getenv("LIMEN_STREAM_BURN") != "" {
+		burnCPU(t)
+	}
 	runs := streamRuns(t)
 	for _, cl := range execClients {
 		t.Run(cl.transport, func(t *testing.T) {
