@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,35 +34,46 @@ type kase struct {
 	transport string
 	minor     string // the kubectl minor version that speaks transport
 	exit      int    // what every run must exit with
-	recorded  bool   // Limen records its output: prune the store after a batch
-	run       func(h *harness, b batch) []result
+	// marker is the line kubectl -v=4 logs when it speaks transport; "" for
+	// SPDY, the only transport those kubectl versions have. It shows that
+	// kubectl did not fall back to SPDY when its WebSocket upgrade failed.
+	marker   string
+	recorded bool // Limen records its output: prune the store after a batch
+	run      func(h *harness, b batch) []result
 }
 
 func (k kase) name() string {
 	return strings.ReplaceAll(k.op+" "+k.direction+" "+k.transport, " ", "-")
 }
 
+// What kubectl -v=4 logs once it speaks WebSocket.
+const (
+	wsExec        = "The subprotocol is v5.channel.k8s.io"
+	wsPortForward = "negotiated protocol: portforward.k8s.io"
+)
+
 // cases: exec and cp over WebSocket v5 (kubectl 1.33) and SPDY (1.29);
 // port-forward over SPDY (1.30) and SPDY inside WebSocket (1.33).
 var cases = []kase{
-	{op: "exec", direction: "download", transport: "websocket", minor: "1.33", exit: genExit, recorded: true, run: (*harness).execOutput},
+	{op: "exec", direction: "download", transport: "websocket", minor: "1.33", marker: wsExec, exit: genExit, recorded: true, run: (*harness).execOutput},
 	{op: "exec", direction: "download", transport: "spdy", minor: "1.29", exit: genExit, recorded: true, run: (*harness).execOutput},
-	{op: "exec cat", direction: "round trip", transport: "websocket", minor: "1.33", exit: catExit, recorded: true, run: (*harness).execCat},
+	{op: "exec cat", direction: "round trip", transport: "websocket", minor: "1.33", marker: wsExec, exit: catExit, recorded: true, run: (*harness).execCat},
 	{op: "exec cat", direction: "round trip", transport: "spdy", minor: "1.29", exit: catExit, recorded: true, run: (*harness).execCat},
-	{op: "cp", direction: "upload", transport: "websocket", minor: "1.33", run: (*harness).cpUpload},
+	{op: "cp", direction: "upload", transport: "websocket", minor: "1.33", marker: wsExec, run: (*harness).cpUpload},
 	{op: "cp", direction: "upload", transport: "spdy", minor: "1.29", run: (*harness).cpUpload},
-	{op: "cp", direction: "download", transport: "websocket", minor: "1.33", recorded: true, run: (*harness).cpDownload},
+	{op: "cp", direction: "download", transport: "websocket", minor: "1.33", marker: wsExec, recorded: true, run: (*harness).cpDownload},
 	{op: "cp", direction: "download", transport: "spdy", minor: "1.29", recorded: true, run: (*harness).cpDownload},
 	{op: "port-forward", direction: "upload", transport: "spdy", minor: "1.30", run: portForward(opUpload)},
-	{op: "port-forward", direction: "upload", transport: "spdy-in-websocket", minor: "1.33", run: portForward(opUpload)},
+	{op: "port-forward", direction: "upload", transport: "spdy-in-websocket", minor: "1.33", marker: wsPortForward, run: portForward(opUpload)},
 	{op: "port-forward", direction: "download", transport: "spdy", minor: "1.30", run: portForward(opDownload)},
-	{op: "port-forward", direction: "download", transport: "spdy-in-websocket", minor: "1.33", run: portForward(opDownload)},
+	{op: "port-forward", direction: "download", transport: "spdy-in-websocket", minor: "1.33", marker: wsPortForward, run: portForward(opDownload)},
 }
 
 // batch is a few runs at once, each with its own seed, through one path.
 type batch struct {
 	t          *testing.T
 	kubectl    string
+	marker     string // the case's kase.marker
 	kubeconfig string
 	seeds      []uint64
 }
@@ -73,7 +85,8 @@ type result struct {
 	exit   int
 	dur    time.Duration
 	err    string // what went wrong besides the data: a timeout, a lost answer
-	stderr string // kubectl's, for the failure message
+	stderr string // kubectl's, without its -v=4 info lines
+	spoke  bool   // kubectl logged the case's marker
 }
 
 // verdict compares a run with what was sent; "" means it arrived intact.
@@ -90,6 +103,9 @@ func verdict(k kase, r result, want [32]byte, size int64) string {
 	}
 	if r.exit != k.exit {
 		bad = append(bad, fmt.Sprintf("exit code %d, want %d", r.exit, k.exit))
+	}
+	if k.marker != "" && !r.spoke {
+		bad = append(bad, fmt.Sprintf("kubectl %s never logged %q: it did not speak %s (fell back to SPDY?)", k.minor, k.marker, k.transport))
 	}
 	if len(bad) > 0 && r.stderr != "" {
 		bad = append(bad, fmt.Sprintf("kubectl stderr: %q", r.stderr))
@@ -174,12 +190,14 @@ func (h *harness) runDir(seed uint64) (dir, src string, err error) {
 // to forward) fails every run of the batch: it cannot be pinned on one.
 func portForward(op byte) func(h *harness, b batch) []result {
 	return func(h *harness, b batch) []result {
-		cmd := exec.Command(b.kubectl, "--kubeconfig", b.kubeconfig, "-n", h.ns, "port-forward", "pod/"+h.pod, fmt.Sprintf(":%d", h.sink.port()))
+		cmd := exec.Command(b.kubectl, "--kubeconfig", b.kubeconfig, "-v=4", "-n", h.ns, "port-forward", "pod/"+h.pod, fmt.Sprintf(":%d", h.sink.port()))
 		addr, stop := clustertest.PortForward(b.t, cmd)
 		rs := parallel(b.seeds, func(seed uint64) result { return h.sink.transfer(addr, op, seed, h.cfg.size) })
-		if msg := strings.TrimSpace(stop()); msg != "" {
-			for i := range rs {
-				rs[i].err = join(rs[i].err, fmt.Sprintf("kubectl port-forward reported %q", firstLines(msg, 3)))
+		complaints, spoke := readStderr(stop(), b.marker)
+		for i := range rs {
+			rs[i].spoke = spoke
+			if complaints != "" {
+				rs[i].err = join(rs[i].err, fmt.Sprintf("kubectl port-forward reported %q", firstLines(complaints, 3)))
 			}
 		}
 		return rs
@@ -191,14 +209,15 @@ func (h *harness) kubectl(b batch, args []string, stdin io.Reader, stdout io.Wri
 	timeout := h.cfg.runTimeout()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, b.kubectl, append([]string{"--kubeconfig", b.kubeconfig}, args...)...)
+	cmd := exec.CommandContext(ctx, b.kubectl, append([]string{"--kubeconfig", b.kubeconfig, "-v=4"}, args...)...)
 	cmd.Stdin, cmd.Stdout = stdin, stdout
-	errb := &capped{max: 2048}
+	errb := &capped{max: 64 << 10}
 	cmd.Stderr = errb
 	cmd.WaitDelay = 5 * time.Second
 	start := time.Now()
 	err := cmd.Run()
-	r := result{dur: time.Since(start), stderr: strings.TrimSpace(errb.String())}
+	r := result{dur: time.Since(start)}
+	r.stderr, r.spoke = readStderr(errb.String(), b.marker)
 	var ee *exec.ExitError
 	switch {
 	case ctx.Err() != nil:
@@ -234,6 +253,24 @@ func (c *capped) Write(p []byte) (int, error) {
 		c.Buffer.Write(p[:min(len(p), room)])
 	}
 	return len(p), nil
+}
+
+// klogInfo matches the info lines of kubectl -v=4 (I1130 18:33:25.083131 …).
+var klogInfo = regexp.MustCompile(`^I\d{4} \d\d:\d\d:\d\d\.\d+ `)
+
+// readStderr splits kubectl's stderr into what it complained about (every
+// line but its info lines) and whether it logged marker.
+func readStderr(stderr, marker string) (complaints string, spoke bool) {
+	var keep []string
+	for _, l := range strings.Split(stderr, "\n") {
+		if marker != "" && strings.Contains(l, marker) {
+			spoke = true
+		}
+		if l = strings.TrimSpace(l); l != "" && !klogInfo.MatchString(l) {
+			keep = append(keep, l)
+		}
+	}
+	return strings.Join(keep, "\n"), spoke
 }
 
 func join(a, b string) string {

@@ -20,17 +20,26 @@ import (
 // stream is the data of one run: n bytes of ChaCha8 keyed by the run's
 // seed. Every run sends different bytes, so data crossing from one
 // concurrent stream into another shows up as a wrong checksum, and each
-// run's SHA-256 is known before it starts.
+// run's SHA-256 is known before it starts. A seed with textSeed set maps
+// each byte to one of 64 printable characters: Limen records exec output
+// as asciicast, where text takes its own size and binary about four times
+// as much (bytes that are not UTF-8 become \ufffd).
 type stream struct {
 	rng  *rand.ChaCha8
+	text bool
 	left int64
 }
+
+// textSeed marks a seed whose data is printable text.
+const textSeed = 1 << 63
+
+const textAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
 
 func newStream(seed uint64, n int64) *stream {
 	var key [32]byte
 	copy(key[:], "limen-stress")
 	binary.BigEndian.PutUint64(key[24:], seed)
-	return &stream{rng: rand.NewChaCha8(key), left: n}
+	return &stream{rng: rand.NewChaCha8(key), text: seed&textSeed != 0, left: n}
 }
 
 func (s *stream) Read(p []byte) (int, error) {
@@ -41,6 +50,11 @@ func (s *stream) Read(p []byte) (int, error) {
 		p = p[:s.left]
 	}
 	n, _ := s.rng.Read(p)
+	if s.text {
+		for i, b := range p[:n] {
+			p[i] = textAlphabet[b&63]
+		}
+	}
 	s.left -= int64(n)
 	return n, nil
 }

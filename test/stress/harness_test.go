@@ -1,6 +1,8 @@
 package stress
 
 import (
+	"bytes"
+	"crypto/sha256"
 	"errors"
 	"io"
 	"net"
@@ -20,22 +22,28 @@ func TestGeneratorMatchesExpectedSum(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const seed, size = 42, 3<<20 + 17
-	cmd := exec.Command(self, genArg, strconv.Itoa(seed), strconv.Itoa(size), strconv.Itoa(genExit))
-	out := newTally()
-	cmd.Stdout = out
-	err = cmd.Run()
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != genExit {
-		t.Fatalf("generator: %v, want exit code %d", err, genExit)
-	}
-	r := result{bytes: out.n, sum: out.sum(), exit: genExit}
-	k := kase{exit: genExit}
-	if msg := verdict(k, r, expectedSum(seed, size), size); msg != "" {
-		t.Fatalf("generator output: %s", msg)
-	}
-	if msg := verdict(k, r, expectedSum(seed+1, size), size); msg == "" {
-		t.Fatal("another seed's data passed as this seed's")
+	const size = 3<<20 + 17
+	for _, seed := range []uint64{42, 42 | textSeed} {
+		cmd := exec.Command(self, genArg, strconv.FormatUint(seed, 10), strconv.Itoa(size), strconv.Itoa(genExit))
+		var out bytes.Buffer
+		cmd.Stdout = &out
+		err = cmd.Run()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != genExit {
+			t.Fatalf("generator: %v, want exit code %d", err, genExit)
+		}
+		r := result{bytes: int64(out.Len()), sum: sha256.Sum256(out.Bytes()), exit: genExit}
+		k := kase{exit: genExit}
+		if msg := verdict(k, r, expectedSum(seed, size), size); msg != "" {
+			t.Fatalf("generator output for seed %#x: %s", seed, msg)
+		}
+		if msg := verdict(k, r, expectedSum(seed+1, size), size); msg == "" {
+			t.Fatal("another seed's data passed as this seed's")
+		}
+		printable := !bytes.ContainsFunc(out.Bytes(), func(r rune) bool { return !strings.ContainsRune(textAlphabet, r) })
+		if printable != (seed&textSeed != 0) {
+			t.Errorf("seed %#x: output printable = %v", seed, printable)
+		}
 	}
 }
 
@@ -60,6 +68,17 @@ func TestVerdictCatchesShortWrongAndExit(t *testing.T) {
 	}
 	if msg := verdict(k, result{bytes: size, sum: want, exit: genExit}, want, size); msg != "" {
 		t.Errorf("an intact run: verdict %q", msg)
+	}
+	ws := kase{exit: genExit, marker: wsExec, transport: "websocket"}
+	stderr := "I1130 18:33:25.287134   22896 podcmd.go:88] Defaulting container name to p\n" +
+		"I1130 18:33:25.317191   22896 websocket.go:133] The subprotocol is v5.channel.k8s.io\n"
+	r := result{bytes: size, sum: want, exit: genExit}
+	if r.stderr, r.spoke = readStderr(stderr, wsExec); r.stderr != "" || verdict(ws, r, want, size) != "" {
+		t.Errorf("a WebSocket run: complaints %q, verdict %q", r.stderr, verdict(ws, r, want, size))
+	}
+	r.stderr, r.spoke = readStderr("I1130 18:33:25.287134   22896 podcmd.go:88] Defaulting container name to p\nerror: boom\n", wsExec)
+	if msg := verdict(ws, r, want, size); r.stderr != "error: boom" || !strings.Contains(msg, "did not speak websocket") {
+		t.Errorf("a run that fell back to SPDY: complaints %q, verdict %q", r.stderr, msg)
 	}
 }
 

@@ -35,6 +35,7 @@ const (
 	envMiB         = "LIMEN_STRESS_MIB"         // MiB per run (each way for round trips)
 	envConcurrency = "LIMEN_STRESS_CONCURRENCY" // streams at once in a batch
 	envBurn        = "LIMEN_STRESS_BURN"        // spinning threads of the neighbour; 0 for none
+	envData        = "LIMEN_STRESS_DATA"        // text (default) or binary: what the streams carry
 	envReport      = "LIMEN_STRESS_REPORT"      // if set, the result table is also written to this file
 )
 
@@ -42,6 +43,7 @@ const (
 type config struct {
 	runs, conc, burn int
 	size             int64
+	binary           bool // random bytes rather than printable text
 	report           string
 }
 
@@ -58,17 +60,40 @@ func loadConfig(t *testing.T) config {
 		}
 		return n
 	}
+	var binary bool
+	switch v := os.Getenv(envData); v {
+	case "", "text":
+	case "binary":
+		binary = true
+	default:
+		t.Fatalf("%s=%q: want text or binary", envData, v)
+	}
 	return config{
 		runs:   get(envRuns, 2, 1),
 		size:   int64(get(envMiB, 16, 1)) << 20,
 		conc:   get(envConcurrency, 2, 1),
 		burn:   get(envBurn, 2, 0),
+		binary: binary,
 		report: os.Getenv(envReport),
 	}
 }
 
 func (c config) String() string {
-	return fmt.Sprintf("%d runs of %d MiB per case and path, %d at once, neighbour spinning %d threads", c.runs, c.size>>20, c.conc, c.burn)
+	data := "printable text"
+	if c.binary {
+		data = "random binary"
+	}
+	return fmt.Sprintf("%d runs of %d MiB of %s per case and path, %d at once, neighbour spinning %d threads", c.runs, c.size>>20, data, c.conc, c.burn)
+}
+
+// seed is the seed of run i of case ci through path pi: unique, so that
+// no two streams carry the same bytes.
+func (c config) seed(ci, pi, i int) uint64 {
+	s := uint64(ci)<<40 | uint64(pi)<<32 | uint64(i)
+	if !c.binary {
+		s |= textSeed
+	}
+	return s
 }
 
 // runTimeout bounds one run: a stream that stalls (a lost half-close, a

@@ -69,6 +69,7 @@ func TestStress(t *testing.T) {
 			t.Errorf("write %s: %v", envReport, err)
 		}
 	}
+	logSpool(t, env)
 	logGatewayComplaints(t, env)
 }
 
@@ -89,7 +90,12 @@ func startGateway(t *testing.T, c *controlplane.Cluster) *gatewaytest.Env {
 	t.Cleanup(func() {
 		env.Stop()
 		if t.Failed() {
-			t.Logf("limen's logs and data are kept in %s", dir)
+			// Recordings of a full run take gigabytes; logs and the audit
+			// store are what tell a failure's story.
+			for _, d := range []string{recstore.Path(env.ProxyDataDir()), filepath.Join(env.WorkerDataDir(), "recordings")} {
+				_ = os.RemoveAll(d)
+			}
+			t.Logf("limen's logs and audit store are kept in %s", dir)
 			return
 		}
 		_ = os.RemoveAll(dir)
@@ -111,10 +117,10 @@ func (h *harness) runCase(t *testing.T, ci int, row *row, started time.Time) {
 			seeds := make([]uint64, n)
 			wants := make([][32]byte, n)
 			for j := range seeds {
-				seeds[j] = uint64(ci)<<40 | uint64(pi)<<32 | uint64(first+j)
+				seeds[j] = h.cfg.seed(ci, pi, first+j)
 				wants[j] = expectedSum(seeds[j], h.cfg.size)
 			}
-			rs := row.k.run(h, batch{t: t, kubectl: bin, kubeconfig: p.kubeconfig, seeds: seeds})
+			rs := row.k.run(h, batch{t: t, kubectl: bin, marker: row.k.marker, kubeconfig: p.kubeconfig, seeds: seeds})
 			var ok int
 			var rates []float64
 			for j, r := range rs {
@@ -196,6 +202,19 @@ func median(xs []float64) string {
 		return "-"
 	}
 	return fmt.Sprintf("%.1f", medianOf(xs))
+}
+
+// logSpool logs the recordings the worker has not uploaded yet: under a
+// long run of large recorded streams the spool grows faster than it drains.
+func logSpool(t *testing.T, env *gatewaytest.Env) {
+	files, _ := filepath.Glob(filepath.Join(env.WorkerDataDir(), "recordings", "*.cast"))
+	var size int64
+	for _, f := range files {
+		if fi, err := os.Stat(f); err == nil {
+			size += fi.Size()
+		}
+	}
+	t.Logf("worker spool at the end: %d recordings (%d MiB) not yet uploaded", len(files), size>>20)
 }
 
 // logGatewayComplaints logs how many warnings and errors the proxy and
