@@ -203,7 +203,7 @@ func (s *session) serverEnded(dst io.Writer, rerr error, atBoundary bool, held i
 	case refused != nil:
 		s.fail(dst, atBoundary, refusalMessage(refused))
 		return rerr
-	case s.file != nil && exited, s.file == nil && rerr == io.EOF && closeErr == nil:
+	case s.hasExit() && exited, !s.hasExit() && rerr == io.EOF && closeErr == nil:
 		// exec and attach are complete once their exit status arrived (what
 		// follows is only the connection's end); port-forward when its
 		// bytes end between frames.
@@ -237,13 +237,17 @@ func (s *session) serverEnded(dst io.Writer, rerr error, atBoundary bool, held i
 // the client's bytes end between frames and the protocol has a place for
 // it (exec and attach).
 func (s *session) fail(dst io.Writer, atBoundary bool, msg string) {
-	if !atBoundary || s.file == nil {
+	if !atBoundary || !s.hasExit() {
 		return
 	}
 	if b := s.pair.Failure(msg); b != nil {
 		_, _ = dst.Write(b)
 	}
 }
+
+// hasExit reports whether the stream ends with an exit status (exec and
+// attach; port-forward has none).
+func (s *session) hasExit() bool { return s.login != LoginPortForward }
 
 // refusalMessage tells the user why Limen ended the stream.
 func refusalMessage(err error) string {
