@@ -142,7 +142,8 @@ func (t *trackedWriter) Write(p []byte) (int, error) {
 // CloseWrite half-closes a network connection: for TLS a close_notify
 // alert followed by a TCP FIN (crypto/tls sends only the alert), for TCP
 // and anything else with CloseWrite, that method. A connection that cannot
-// half-close is left open: closing it would end the other direction too.
+// half-close (net.Pipe) is closed: its peer must learn of the end, even at
+// the cost of the other direction.
 func CloseWrite(c net.Conn) error {
 	if t, ok := c.(*tls.Conn); ok {
 		err := t.CloseWrite()
@@ -154,7 +155,7 @@ func CloseWrite(c net.Conn) error {
 	if cw, ok := c.(interface{ CloseWrite() error }); ok {
 		return cw.CloseWrite()
 	}
-	return nil
+	return c.Close()
 }
 
 // NetConn adapts a net.Conn to Conn, half-closing with CloseWrite. Reads
