@@ -35,13 +35,13 @@ import (
 // frame) — with a clean end (TLS close_notify and FIN) or with a reset, as
 // when the API server's kernel drops the tail of a stream it reset.
 type cutter struct {
-	api    *url.URL
-	tls    *tls.Config
-	after  int64
-	reset  bool
-	plain  *httputil.ReverseProxy
-	mu     sync.Mutex
-	cuts   int
+	api   *url.URL
+	tls   *tls.Config
+	after int64
+	reset bool
+	plain *httputil.ReverseProxy
+	mu    sync.Mutex
+	cuts  int
 }
 
 func newCutter(t *testing.T, after int64, reset bool) *cutter {
