@@ -3,9 +3,14 @@ package relay
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"io"
+	"math/big"
 	"net"
 	"testing"
 	"time"
@@ -235,4 +240,69 @@ func TestContextEndClosesBoth(t *testing.T) {
 func isReset(err error) bool {
 	var op *net.OpError
 	return errors.As(err, &op)
+}
+
+// tlsPair returns the client and server ends of a TLS connection over
+// loopback TCP, handshake done.
+func tlsPair(t *testing.T) (*tls.Conn, *tls.Conn) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(cert)
+	a, b := tcpPair(t)
+	client := tls.Client(a, &tls.Config{RootCAs: roots, ServerName: "127.0.0.1"})
+	server := tls.Server(b, &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}})
+	errc := make(chan error, 1)
+	go func() { errc <- server.Handshake() }()
+	if err := client.Handshake(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	return client, server
+}
+
+// TestCloseWriteTLS: the peer reads the end of the stream (close_notify
+// and a TCP FIN), and the half-closed side still reads.
+func TestCloseWriteTLS(t *testing.T) {
+	client, server := tlsPair(t)
+	if _, err := client.Write([]byte("last words")); err != nil {
+		t.Fatal(err)
+	}
+	if err := CloseWrite(client); err != nil {
+		t.Fatalf("CloseWrite: %v", err)
+	}
+	b, err := io.ReadAll(server)
+	if err != nil || string(b) != "last words" {
+		t.Fatalf("server read %q, %v; want the bytes and a clean end", b, err)
+	}
+	// The FIN reached the peer's kernel too: the raw socket reads EOF. (The
+	// deadline only turns a missing FIN into a failure instead of a hang.)
+	_ = server.NetConn().SetReadDeadline(time.Now().Add(10 * time.Second))
+	if n, err := server.NetConn().Read(make([]byte, 1)); n != 0 || err != io.EOF {
+		t.Fatalf("raw read after close_notify: %d, %v; want the TCP FIN (EOF)", n, err)
+	}
+	if _, err := server.Write([]byte("reply")); err != nil {
+		t.Fatal(err)
+	}
+	if err := server.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := io.ReadAll(client); err != nil || string(b) != "reply" {
+		t.Fatalf("client read %q, %v after its half-close", b, err)
+	}
 }
