@@ -136,12 +136,15 @@ const (
 	// EndTunnelClosed: the tunnel between proxy and worker went away.
 	EndTunnelClosed = "tunnel_closed"
 	EndError        = "error"
+	// EndNotStarted: the API server answered without opening the stream
+	// (the request's kube.request has its status); nothing ran.
+	EndNotStarted = "not_started"
 )
 
 var endReasons = map[string]bool{
 	EndCompleted: true, EndTruncated: true, EndUpstreamReset: true, EndClientClosed: true,
 	EndDecodeFailed: true, EndRecordFailed: true, EndLocked: true, EndKilled: true,
-	EndExpired: true, EndShutdown: true, EndTunnelClosed: true, EndError: true,
+	EndExpired: true, EndShutdown: true, EndTunnelClosed: true, EndError: true, EndNotStarted: true,
 }
 
 // Sink accepts events. Emit returns nil only once e is durably recorded; an

@@ -134,6 +134,19 @@ func (f *File) Commit() (Item, error) {
 	return Item{ID: f.id, Size: f.n, SHA256: sum}, nil
 }
 
+// Discard drops a recording that never recorded anything (its session
+// never started): the file is closed and removed, so nothing is uploaded.
+func (f *File) Discard() error {
+	cerr := f.f.Close()
+	if err := os.Remove(f.f.Name()); err != nil {
+		return fmt.Errorf("spool discard %s: %w", f.id, err)
+	}
+	if cerr != nil {
+		return fmt.Errorf("spool discard %s: %w", f.id, cerr)
+	}
+	return nil
+}
+
 // finish renames <id>.cast.part to <id>.cast after writing its checksum.
 func (s *Spool) finish(id, sum string) error {
 	cast := filepath.Join(s.dir, id+extCast)

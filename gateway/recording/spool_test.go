@@ -126,3 +126,35 @@ func TestSpoolRejectsBadIDs(t *testing.T) {
 		}
 	}
 }
+
+// TestSpoolDiscard: a recording of a session that never started leaves
+// nothing behind, not even after a restart's recovery.
+func TestSpoolDiscard(t *testing.T) {
+	dir := t.TempDir()
+	s, err := OpenSpool(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := s.Create("never-started")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Discard(); err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, "*")); len(left) != 0 {
+		t.Fatalf("discarded recording left %v", left)
+	}
+	s2, err := OpenSpool(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if items, err := s2.Pending(); err != nil || len(items) != 0 {
+		t.Fatalf("after a restart: pending %+v, %v", items, err)
+	}
+	// The id is free again: nothing of it remains.
+	if f, err = s2.Create("never-started"); err != nil {
+		t.Fatal(err)
+	}
+	_ = f.Discard()
+}

@@ -3,6 +3,7 @@ package worker
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -30,6 +31,7 @@ type exchange struct {
 	start  time.Time
 	grant  grant.Grant
 	path   kpath.Path
+	info   *kreq.Info    // the request's classification, once made
 	kind   sessions.Kind // what the request opens (sessions.Classify)
 }
 
@@ -40,17 +42,28 @@ func (x *exchange) event() audit.Event {
 	}
 }
 
+// kubeEvent is the request's kube.request event with the given status: the
+// classification once it is made, the raw path before.
+func (x *exchange) kubeEvent(groups []string, status int) audit.Event {
+	ev := x.event()
+	ev.Type, ev.Groups = audit.TypeKubeRequest, groups
+	k := &audit.KubeRequest{Method: x.req.Method, Path: audit.RequestPath(x.req.RequestURI), Status: status,
+		Latency: x.h.Now().Sub(x.start)}
+	if i := x.info; i != nil {
+		k.Verb, k.APIGroup, k.APIVersion, k.Resource = i.Verb, i.APIGroup, i.APIVersion, i.Resource
+		k.Subresource, k.Namespace, k.Name, k.Path = i.Subresource, i.Namespace, i.Name, x.path.String()
+	}
+	ev.Kube = k
+	return ev
+}
+
 // refuse answers the request itself, after its audit event.
 func (x *exchange) refuse(rf *refusal) {
-	ev := x.event()
-	rawPath := audit.RequestPath(x.req.RequestURI)
+	ev := x.kubeEvent(x.grant.Groups, rf.code)
 	if rf.reason != "" {
+		ev = x.event()
 		ev.Type = audit.TypeAuthDenied
-		ev.Denied = &audit.Denied{Hop: audit.HopWorker, Reason: rf.reason, Path: rawPath}
-	} else {
-		ev.Type = audit.TypeKubeRequest
-		ev.Groups = x.grant.Groups
-		ev.Kube = &audit.KubeRequest{Method: x.req.Method, Path: rawPath, Status: rf.code, Latency: x.h.Now().Sub(x.start)}
+		ev.Denied = &audit.Denied{Hop: audit.HopWorker, Reason: rf.reason, Path: audit.RequestPath(x.req.RequestURI)}
 	}
 	if err := audit.WriteEvent(x.stream, ev); err != nil {
 		x.h.Logger.Warn("write audit event", "err", err)
@@ -60,7 +73,9 @@ func (x *exchange) refuse(rf *refusal) {
 }
 
 // forward sends the request to the API server as the granted identity and
-// relays the response after its audit event.
+// relays the response after its audit event. An upgrade (exec, attach,
+// port-forward) has its recording open and its session.start stored before
+// it goes upstream.
 func (x *exchange) forward(ctx context.Context, cancel context.CancelFunc, groups []string) {
 	h := x.h
 	info, err := kreq.Classify(x.req, x.path)
@@ -68,6 +83,7 @@ func (x *exchange) forward(ctx context.Context, cancel context.CancelFunc, group
 		x.refuse(&refusal{code: http.StatusBadRequest, msg: "cannot classify the request: " + err.Error()})
 		return
 	}
+	x.info = &info
 	st := sessions.Classify(x.req, info)
 	x.kind = st.Kind
 	live, err := h.track(ctx, x, st)
@@ -98,13 +114,22 @@ func (x *exchange) forward(ctx context.Context, cancel context.CancelFunc, group
 	out.Header.Set("Authorization", "Bearer "+token)
 	rt := h.Transport
 	var conn gotConn
+	var s *session
 	if out.Header.Get("Upgrade") != "" {
 		offerDecodable(out.Header) // stream.go
+		var rf *refusal
+		if s, rf = x.openSession(ctx, info); rf != nil {
+			x.refuse(rf) // the API server never sees the request
+			return
+		}
 		rt = h.upgradeTransport()
 		out = conn.trace(out)
 	}
 	resp, err := rt.RoundTrip(out)
 	if err != nil {
+		if s != nil {
+			s.finish(ctx, outsideEnd(ctx, audit.EndUpstreamReset), fmt.Errorf("request to the API server: %w", err))
+		}
 		if ctx.Err() != nil {
 			return // the proxy closed the stream
 		}
@@ -113,16 +138,18 @@ func (x *exchange) forward(ctx context.Context, cancel context.CancelFunc, group
 		return
 	}
 	defer resp.Body.Close()
-	ev := x.event()
-	ev.Type, ev.Groups = audit.TypeKubeRequest, groups
-	ev.Kube = &audit.KubeRequest{
-		Verb: info.Verb, APIGroup: info.APIGroup, APIVersion: info.APIVersion, Resource: info.Resource,
-		Subresource: info.Subresource, Namespace: info.Namespace, Name: info.Name,
-		Method: x.req.Method, Path: x.path.String(), Status: resp.StatusCode, Latency: h.Now().Sub(x.start),
-	}
-	if resp.StatusCode == http.StatusSwitchingProtocols {
-		x.upgrade(ctx, resp, conn.get(), info, ev) // stream.go: decode, record, audit the session
+	ev := x.kubeEvent(groups, resp.StatusCode)
+	switch {
+	case resp.StatusCode == http.StatusSwitchingProtocols && s != nil:
+		x.upgrade(ctx, resp, conn.get(), s, ev) // stream.go: decode, record, audit the session
 		return
+	case resp.StatusCode == http.StatusSwitchingProtocols:
+		x.refuseUpgrade(ev, http.StatusBadGateway, "the API server switched protocols for a request that asked for no upgrade")
+		return
+	case s != nil:
+		// The API server refused the upgrade (no such pod, RBAC): the
+		// session never started, and its answer is relayed as it is.
+		s.finish(ctx, audit.EndNotStarted, fmt.Errorf("the API server answered %s", resp.Status))
 	}
 	// The event goes ahead of the response: the proxy stores it before it
 	// relays a byte.
@@ -138,6 +165,19 @@ func (x *exchange) forward(ctx context.Context, cancel context.CancelFunc, group
 	if err := writeResponse(x.stream, x.req.Method, resp); err != nil && ctx.Err() == nil {
 		h.Logger.Debug("relay response", "err", err)
 	}
+}
+
+// outsideEnd is the reason a session ended from outside the relay (a lock,
+// a kill, the grant's expiry, the tunnel), or otherwise when ctx is live.
+func outsideEnd(ctx context.Context, otherwise string) string {
+	if ctx.Err() == nil {
+		return otherwise
+	}
+	var ended *sessions.Ended
+	if errors.As(context.Cause(ctx), &ended) {
+		return string(ended.Reason)
+	}
+	return audit.EndTunnelClosed
 }
 
 // gotConn learns the connection an upgrade request went out on: the

@@ -57,6 +57,9 @@ type session struct {
 	start time.Time
 	in    atomic.Int64 // client → server bytes
 	out   atomic.Int64 // server → client bytes
+	// relayed is set once the relay starts: before, nothing was recorded
+	// and the recording is discarded.
+	relayed bool
 
 	pair *decode.Pair
 	up   io.Closer // the API server connection, closed to refuse its bytes
@@ -68,36 +71,29 @@ type session struct {
 	serverErr   error  // the error that ended them, if not a clean EOF
 }
 
-// upgrade relays a 101 response: it picks the decoders for the agreed
-// protocol, opens the recording, emits session.start, then writes the
-// kube.request event and relays both directions through the decoders. Any
-// step that fails before the relay answers the request instead.
-func (x *exchange) upgrade(ctx context.Context, resp *http.Response, conn net.Conn, info kreq.Info, ev audit.Event) {
+// upgrade relays a 101 response for the session opened before the request
+// went upstream: it picks the decoders for the agreed protocol, then writes
+// the kube.request event and relays both directions through the decoders.
+// A protocol it cannot decode ends the session and answers the request
+// instead.
+func (x *exchange) upgrade(ctx context.Context, resp *http.Response, conn net.Conn, s *session, ev audit.Event) {
 	h := x.h
 	body, ok := resp.Body.(io.ReadWriteCloser)
 	if !ok {
+		s.finish(ctx, audit.EndError, fmt.Errorf("the API server switched protocols without a connection"))
 		x.refuseUpgrade(ev, http.StatusBadGateway, "the API server switched protocols without a connection")
 		return
 	}
 	up := upstream{ReadWriteCloser: body, conn: conn}
-	s, code, msg := x.openSession(info)
-	if s == nil {
-		x.refuseUpgrade(ev, code, msg)
-		return
-	}
 	pair, err := decode.ForResponse(resp.Header, s.tap)
 	if err != nil {
 		h.Logger.Warn("undecodable stream refused", "session", x.grant.SessionID, "err", err)
-		s.abandon()
+		_ = up.Close()
+		s.finish(ctx, audit.EndDecodeFailed, err)
 		x.refuseUpgrade(ev, http.StatusBadGateway, "Limen cannot decode the protocol the API server chose, so it ends the stream: "+err.Error())
 		return
 	}
-	if err := s.emit(ctx, audit.TypeSessionStart, s.body); err != nil {
-		h.Logger.Error("session.start not stored; stream refused", "session", x.grant.SessionID, "err", err)
-		s.abandon()
-		x.refuseUpgrade(ev, http.StatusServiceUnavailable, "Limen's audit trail is unavailable, so the session was not opened; try again later")
-		return
-	}
+	s.relayed = true
 	if err := audit.WriteEvent(x.stream, ev); err != nil {
 		s.finish(ctx, audit.EndTunnelClosed, fmt.Errorf("write kube.request to the proxy: %w", err))
 		return
@@ -111,25 +107,30 @@ func (x *exchange) upgrade(ctx context.Context, resp *http.Response, conn net.Co
 }
 
 // refuseUpgrade answers an upgrade the worker will not relay, after its
-// audit event (which then carries the status the user sees).
+// audit event, which keeps the API server's status: the user is told code,
+// the audit what happened upstream.
 func (x *exchange) refuseUpgrade(ev audit.Event, code int, msg string) {
-	ev.Kube.Status = code
 	if err := audit.WriteEvent(x.stream, ev); err != nil {
 		return
 	}
 	_ = writeStatusResponse(x.stream, code, msg)
 }
 
-// openSession prepares the session's audit body and, for exec and attach,
-// its recording. On failure it returns the status and message to answer.
-func (x *exchange) openSession(info kreq.Info) (*session, int, string) {
+// openSession opens an upgrade's session before the request goes upstream:
+// the kind must be one Limen relays, the recording (exec, attach) must be
+// open in the spool, and session.start must be stored. A refusal means the
+// API server never sees the request, so nothing starts unrecorded or
+// unaudited.
+func (x *exchange) openSession(ctx context.Context, info kreq.Info) (*session, *refusal) {
 	h := x.h
 	if x.kind != sessions.KindExec && x.kind != sessions.KindAttach && x.kind != sessions.KindPortForward {
-		return nil, http.StatusBadRequest, "Limen relays upgraded connections only for pods/exec, pods/attach and pods/portforward"
+		return nil, &refusal{code: http.StatusBadRequest,
+			msg: "Limen relays upgraded connections only for pods/exec, pods/attach and pods/portforward"}
 	}
 	login := string(x.kind)
 	if h.Events == nil {
-		return nil, http.StatusServiceUnavailable, "this Limen worker cannot audit sessions (no event channel to the proxy); ask your operator"
+		return nil, &refusal{code: http.StatusServiceUnavailable,
+			msg: "this Limen worker cannot audit sessions (no event channel to the proxy); ask your operator"}
 	}
 	q := x.req.URL.Query()
 	s := &session{x: x, login: login, start: h.Now(), tap: &tap{ports: map[string]bool{}}}
@@ -143,24 +144,32 @@ func (x *exchange) openSession(info kreq.Info) (*session, int, string) {
 				}
 			}
 		}
-		return s, 0, ""
+	} else {
+		s.body.Command = q["command"]
+		if h.Spool == nil {
+			return nil, &refusal{code: http.StatusServiceUnavailable,
+				msg: "this Limen worker has no recording spool, so it refuses exec and attach; ask your operator"}
+		}
+		f, err := h.Spool.Create(x.grant.SessionID)
+		if err != nil {
+			h.Logger.Error("open recording; session refused", "session", x.grant.SessionID, "err", err)
+			return nil, &refusal{code: http.StatusServiceUnavailable,
+				msg: "Limen cannot record the session, so it did not start it; ask your operator to check the worker's recording spool"}
+		}
+		s.file = f
+		s.tap.rec = recording.NewWriter(f, recording.Meta{
+			Cluster: h.Cluster.Name, Namespace: info.Namespace, Pod: info.Name, Container: s.body.Container,
+			User: x.grant.Principal.Name, Session: x.grant.SessionID, Command: strings.Join(s.body.Command, " "),
+			Start: s.start,
+		})
 	}
-	s.body.Command = q["command"]
-	if h.Spool == nil {
-		return nil, http.StatusServiceUnavailable, "this Limen worker has no recording spool, so it refuses exec and attach; ask your operator"
+	if err := s.emit(ctx, audit.TypeSessionStart, s.body); err != nil {
+		h.Logger.Error("session.start not stored; session refused", "session", x.grant.SessionID, "err", err)
+		s.discard()
+		return nil, &refusal{code: http.StatusServiceUnavailable,
+			msg: "Limen's audit trail is unavailable, so the session was not started; try again later"}
 	}
-	f, err := h.Spool.Create(x.grant.SessionID)
-	if err != nil {
-		h.Logger.Error("open recording", "session", x.grant.SessionID, "err", err)
-		return nil, http.StatusServiceUnavailable, "Limen cannot record the session, so it refuses it; ask your operator to check the worker's recording spool"
-	}
-	s.file = f
-	s.tap.rec = recording.NewWriter(f, recording.Meta{
-		Cluster: h.Cluster.Name, Namespace: info.Namespace, Pod: info.Name, Container: s.body.Container,
-		User: x.grant.Principal.Name, Session: x.grant.SessionID, Command: strings.Join(s.body.Command, " "),
-		Start: s.start,
-	})
-	return s, 0, ""
+	return s, nil
 }
 
 // emit delivers a session event to the proxy's audit store and waits until
@@ -174,21 +183,18 @@ func (s *session) emit(ctx context.Context, typ audit.Type, body audit.Session) 
 	return x.h.Events(ctx, ev)
 }
 
-// abandon drops a session that never started: its recording is committed
-// empty, so the spool keeps no half-written file.
-func (s *session) abandon() {
+// discard drops the recording of a session that never relayed a byte.
+func (s *session) discard() {
 	if s.file == nil {
 		return
 	}
-	if err := s.tap.rec.Finish(); err != nil {
-		s.x.h.Logger.Warn("finish unused recording", "err", err)
-	}
-	if _, err := s.file.Commit(); err != nil {
-		s.x.h.Logger.Warn("commit unused recording", "err", err)
+	if err := s.file.Discard(); err != nil {
+		s.x.h.Logger.Warn("discard unused recording", "session", s.x.grant.SessionID, "err", err)
 	}
 }
 
-// finish commits the recording and emits session.end, which says how the
+// finish ends the session: it commits the recording (or discards it, if
+// the relay never started) and emits session.end, which says how the
 // stream ended (reason, one of audit.End…).
 func (s *session) finish(ctx context.Context, reason string, relayErr error) {
 	h := s.x.h
@@ -201,7 +207,11 @@ func (s *session) finish(ctx context.Context, reason string, relayErr error) {
 	end.Duration = h.Now().Sub(s.start)
 	end.BytesIn, end.BytesOut = s.in.Load(), s.out.Load()
 	end.Ports, end.ExitCode = s.tap.summary()
-	if s.file != nil {
+	switch {
+	case s.file == nil:
+	case !s.relayed:
+		s.discard()
+	default:
 		if err := s.tap.rec.Finish(); err != nil {
 			log.Error("finish recording", "err", err)
 		}

@@ -56,7 +56,9 @@ type Handler struct {
 	Logger *slog.Logger
 	Now    func() time.Time
 	// Events stores session.start and session.end in the proxy's audit
-	// trail, returning nil only once stored; nil refuses every stream.
+	// trail, returning nil only once stored; nil refuses every stream. A
+	// stream goes upstream only once its session.start is stored (and, for
+	// exec and attach, its recording is open in Spool).
 	Events func(ctx context.Context, e audit.Event) error
 	// Spool keeps exec and attach recordings until uploaded; nil refuses
 	// exec and attach. Recorded, if set, is told of each committed one.

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -22,6 +23,7 @@ import (
 	"github.com/limenhq/limen/gateway/locks"
 	"github.com/limenhq/limen/gateway/policy"
 	"github.com/limenhq/limen/gateway/proxy"
+	"github.com/limenhq/limen/gateway/recording"
 	"github.com/limenhq/limen/gateway/sessions"
 	"github.com/limenhq/limen/gateway/tunnel"
 	"github.com/limenhq/limen/gateway/worker"
@@ -35,11 +37,12 @@ import (
 // hop — a key, a clock, a policy, the audit store — that the real binaries
 // do not let a client reach.
 type hops struct {
-	store   *audit.Store
-	kube    *proxy.Kube
-	worker  *worker.Handler
-	opener  *pipeOpener
-	baseURL string
+	store     *audit.Store
+	storePath string
+	kube      *proxy.Kube
+	worker    *worker.Handler
+	opener    *pipeOpener
+	baseURL   string
 }
 
 type pipeOpener struct {
@@ -98,7 +101,8 @@ func newHops(t *testing.T) *hops {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { pol.Close() })
-	store, err := audit.Open(ctx, filepath.Join(t.TempDir(), audit.FileName), audit.Options{})
+	storePath := filepath.Join(t.TempDir(), audit.FileName)
+	store, err := audit.Open(ctx, storePath, audit.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +112,7 @@ func newHops(t *testing.T) *hops {
 		t.Fatal(err)
 	}
 	demo := policy.Cluster{Name: "demo", Labels: map[string]string{"env": "dev"}}
-	h := &hops{store: store}
+	h := &hops{store: store, storePath: storePath}
 	h.worker = &worker.Handler{
 		Cluster: demo, GrantKey: pub, Policy: pol, Upstream: upstream, Transport: rt,
 		Token: (&worker.TokenFile{Path: e.TokenFile}).Token, Logger: slog.New(slog.DiscardHandler), Now: time.Now,
@@ -127,6 +131,32 @@ func newHops(t *testing.T) *hops {
 	t.Cleanup(srv.Close)
 	h.baseURL = srv.URL
 	return h
+}
+
+// recordStreams lets the worker relay exec, attach and port-forward as the
+// limen worker does: a spool of its own, session events stored in the
+// proxy's audit store (the control stream does no more), HTTP/1.1 for
+// upgrades. It returns a kubeconfig for the hops.
+func (h *hops) recordStreams(t *testing.T) string {
+	t.Helper()
+	c := clustertest.Cluster(t)
+	spool, err := recording.OpenSpool(filepath.Join(t.TempDir(), "spool"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.worker.Spool = spool
+	h.worker.Events = h.store.Emit
+	if h.worker.Upgrades, err = worker.UpgradeTransport(c.CAFile); err != nil {
+		t.Fatal(err)
+	}
+	kc := filepath.Join(t.TempDir(), "kubeconfig")
+	cfg := fmt.Sprintf("apiVersion: v1\nkind: Config\nclusters: [{name: demo, cluster: {server: %q}}]\n"+
+		"users: [{name: alice, user: {}}]\ncontexts: [{name: demo, context: {cluster: demo, user: alice}}]\ncurrent-context: demo\n",
+		h.baseURL+"/k8s/demo")
+	if err := os.WriteFile(kc, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return kc
 }
 
 func (h *hops) get(t *testing.T, path string) (int, string) {
