@@ -106,6 +106,42 @@ type Session struct {
 	BytesOut        int64         `json:"bytes_out,omitempty"`
 	Duration        time.Duration `json:"duration_ns,omitempty"`
 	RecordingSHA256 string        `json:"recording_sha256,omitempty"`
+	// EndReason says how the stream ended (one of the End… values).
+	EndReason string `json:"end_reason,omitempty"`
+}
+
+// How a stream ended, as session.end's end_reason says. The first six are
+// the relay's own findings; the rest name an end from outside the stream,
+// in the words of the session registry (gateway/sessions).
+const (
+	// EndCompleted: the API server ended the stream in good order (for exec
+	// and attach, after the command's exit status).
+	EndCompleted = "completed"
+	// EndTruncated: the API server's bytes stopped inside a frame or before
+	// the exit status; the client was told the stream failed.
+	EndTruncated = "truncated"
+	// EndUpstreamReset: the connection to the API server failed (a reset)
+	// before the stream was complete; the client was told it failed.
+	EndUpstreamReset = "upstream_reset"
+	// EndClientClosed: the user hung up before the API server ended.
+	EndClientClosed = "client_closed"
+	// EndDecodeFailed: the stream could not be decoded, so Limen ended it.
+	EndDecodeFailed = "decode_failed"
+	// EndRecordFailed: the recording could not be written, so Limen ended it.
+	EndRecordFailed = "record_failed"
+	EndLocked       = "locked"
+	EndKilled       = "killed"
+	EndExpired      = "expired"
+	EndShutdown     = "shutdown"
+	// EndTunnelClosed: the tunnel between proxy and worker went away.
+	EndTunnelClosed = "tunnel_closed"
+	EndError        = "error"
+)
+
+var endReasons = map[string]bool{
+	EndCompleted: true, EndTruncated: true, EndUpstreamReset: true, EndClientClosed: true,
+	EndDecodeFailed: true, EndRecordFailed: true, EndLocked: true, EndKilled: true,
+	EndExpired: true, EndShutdown: true, EndTunnelClosed: true, EndError: true,
 }
 
 // Sink accepts events. Emit returns nil only once e is durably recorded; an
@@ -160,6 +196,9 @@ func (e Event) validate() error {
 	case TypeSessionStart, TypeSessionEnd:
 		if e.Session == nil || e.Session.Kind == "" || e.Session.Login == "" {
 			return errors.New("session kind and login are required")
+		}
+		if r := e.Session.EndReason; r != "" && (e.Type == TypeSessionStart || !endReasons[r]) {
+			return fmt.Errorf("end_reason %q is not a known end of a %s", clip(r), e.Type)
 		}
 	}
 	return nil

@@ -140,7 +140,7 @@ func (k *Kube) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, http.StatusBadGateway, "Limen could not reach the worker: "+err.Error())
 		return
 	}
-	ctx = context.WithValue(ctx, relayKey{}, &relayState{conn: stream, token: token, session: sid, sink: k.Audit, path: path, live: live})
+	ctx = context.WithValue(ctx, relayKey{}, &relayState{conn: stream, token: token, session: sid, sink: k.Audit, path: path, live: live, w: w})
 	k.relayProxy().ServeHTTP(w, r.WithContext(ctx))
 }
 

@@ -7,9 +7,11 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/http/httputil"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/limenhq/limen/gateway/audit"
@@ -91,9 +93,11 @@ func (x *exchange) forward(ctx context.Context, cancel context.CancelFunc, group
 	}
 	out.Header.Set("Authorization", "Bearer "+token)
 	rt := h.Transport
+	var conn gotConn
 	if out.Header.Get("Upgrade") != "" {
 		offerDecodable(out.Header) // stream.go
 		rt = h.upgradeTransport()
+		out = conn.trace(out)
 	}
 	resp, err := rt.RoundTrip(out)
 	if err != nil {
@@ -113,7 +117,7 @@ func (x *exchange) forward(ctx context.Context, cancel context.CancelFunc, group
 		Method: x.req.Method, Path: x.path.String(), Status: resp.StatusCode, Latency: h.Now().Sub(x.start),
 	}
 	if resp.StatusCode == http.StatusSwitchingProtocols {
-		x.upgrade(ctx, resp, info, ev) // stream.go: decode, record, audit the session
+		x.upgrade(ctx, resp, conn.get(), info, ev) // stream.go: decode, record, audit the session
 		return
 	}
 	// The event goes ahead of the response: the proxy stores it before it
@@ -130,6 +134,29 @@ func (x *exchange) forward(ctx context.Context, cancel context.CancelFunc, group
 	if err := writeResponse(x.stream, x.req.Method, resp); err != nil && ctx.Err() == nil {
 		h.Logger.Debug("relay response", "err", err)
 	}
+}
+
+// gotConn learns the connection an upgrade request went out on: the
+// response body of a 101 hides it, and the relay needs it to half-close.
+type gotConn struct {
+	mu   sync.Mutex
+	conn net.Conn
+}
+
+func (g *gotConn) trace(r *http.Request) *http.Request {
+	return r.WithContext(httptrace.WithClientTrace(r.Context(), &httptrace.ClientTrace{
+		GotConn: func(i httptrace.GotConnInfo) {
+			g.mu.Lock()
+			g.conn = i.Conn
+			g.mu.Unlock()
+		},
+	}))
+}
+
+func (g *gotConn) get() net.Conn {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.conn
 }
 
 // outbound builds the request to the API server: the same method, canonical

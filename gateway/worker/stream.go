@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -32,9 +31,6 @@ const (
 
 // SessionKind is the audit session kind of Kubernetes streams.
 const SessionKind = "kube"
-
-// relayBuffer is the size of each direction's copy buffer.
-const relayBuffer = 64 << 10
 
 // eventTimeout bounds the delivery of a session event to the proxy.
 const eventTimeout = 30 * time.Second
@@ -87,19 +83,29 @@ type session struct {
 	start time.Time
 	in    atomic.Int64 // client → server bytes
 	out   atomic.Int64 // server → client bytes
+
+	pair *decode.Pair
+	up   io.Closer // the API server connection, closed to refuse its bytes
+
+	mu          sync.Mutex
+	refused     error  // why Limen ended the stream (decoding or recording)
+	clientEnded bool   // the client's bytes ended before the server's
+	serverEnd   string // how the server's bytes ended (audit.End…), "" while open
+	serverErr   error  // the error that ended them, if not a clean EOF
 }
 
 // upgrade relays a 101 response: it picks the decoders for the agreed
 // protocol, opens the recording, emits session.start, then writes the
 // kube.request event and relays both directions through the decoders. Any
 // step that fails before the relay answers the request instead.
-func (x *exchange) upgrade(ctx context.Context, resp *http.Response, info kreq.Info, ev audit.Event) {
+func (x *exchange) upgrade(ctx context.Context, resp *http.Response, conn net.Conn, info kreq.Info, ev audit.Event) {
 	h := x.h
-	up, ok := resp.Body.(io.ReadWriteCloser)
+	body, ok := resp.Body.(io.ReadWriteCloser)
 	if !ok {
 		x.refuseUpgrade(ev, http.StatusBadGateway, "the API server switched protocols without a connection")
 		return
 	}
+	up := upstream{ReadWriteCloser: body, conn: conn}
 	s, code, msg := x.openSession(info)
 	if s == nil {
 		x.refuseUpgrade(ev, code, msg)
@@ -119,15 +125,15 @@ func (x *exchange) upgrade(ctx context.Context, resp *http.Response, info kreq.I
 		return
 	}
 	if err := audit.WriteEvent(x.stream, ev); err != nil {
-		s.finish(ctx, errors.New("proxy stream closed"))
+		s.finish(ctx, audit.EndTunnelClosed, fmt.Errorf("write kube.request to the proxy: %w", err))
 		return
 	}
 	if err := writeHead(x.stream, resp, -1, true); err != nil {
-		s.finish(ctx, err)
+		s.finish(ctx, audit.EndTunnelClosed, fmt.Errorf("write the 101 response to the proxy: %w", err))
 		return
 	}
-	err = s.relay(ctx, up, pair)
-	s.finish(ctx, err)
+	reason, err := s.relay(ctx, up, pair)
+	s.finish(ctx, reason, err)
 }
 
 // refuseUpgrade answers an upgrade the worker will not relay, after its
@@ -194,73 +200,6 @@ func (s *session) emit(ctx context.Context, typ audit.Type, body audit.Session) 
 	return x.h.Events(ctx, ev)
 }
 
-// relay copies both directions through the decoders until either ends, an
-// event is refused (decoding or recording failed) or ctx ends (lock, kill,
-// tunnel gone). Both connections are closed when it returns.
-func (s *session) relay(ctx context.Context, up io.ReadWriteCloser, pair *decode.Pair) error {
-	var once sync.Once
-	closeBoth := func() {
-		once.Do(func() {
-			_ = up.Close()
-			_ = s.x.stream.Close()
-		})
-	}
-	stop := context.AfterFunc(ctx, closeBoth)
-	defer stop()
-	errc := make(chan error, 2)
-	go func() {
-		err := teeCopy(up, s.x.br, pair.Client, &s.in)
-		errc <- errors.Join(err, pair.Client.Close())
-	}()
-	go func() {
-		err := teeCopy(s.x.stream, up, pair.Server, &s.out)
-		errc <- errors.Join(err, pair.Server.Close())
-	}()
-	first := <-errc
-	closeBoth()
-	second := <-errc
-	if ctx.Err() != nil {
-		return nil // ended from outside; the closing errors say nothing
-	}
-	// After the first direction ends, the other fails on its closed
-	// connection: only a decoding or recording error is worth reporting.
-	var de *decodeError
-	if errors.As(second, &de) && !errors.As(first, &de) {
-		return second
-	}
-	return first
-}
-
-// decodeError marks a failure to decode or record, which ends the stream.
-type decodeError struct{ err error }
-
-func (e *decodeError) Error() string { return "decode or record stream: " + e.err.Error() }
-func (e *decodeError) Unwrap() error { return e.err }
-
-// teeCopy copies src to dst, feeding every chunk to dec first: a chunk the
-// decoder (or the recording behind it) refuses is never relayed.
-func teeCopy(dst io.Writer, src io.Reader, dec decode.Decoder, n *atomic.Int64) error {
-	buf := make([]byte, relayBuffer)
-	for {
-		nr, rerr := src.Read(buf)
-		if nr > 0 {
-			if _, err := dec.Write(buf[:nr]); err != nil {
-				return &decodeError{err}
-			}
-			if _, err := dst.Write(buf[:nr]); err != nil {
-				return err
-			}
-			n.Add(int64(nr))
-		}
-		if rerr == io.EOF {
-			return nil
-		}
-		if rerr != nil {
-			return rerr
-		}
-	}
-}
-
 // abandon drops a session that never started: its recording is committed
 // empty, so the spool keeps no half-written file.
 func (s *session) abandon() {
@@ -275,14 +214,16 @@ func (s *session) abandon() {
 	}
 }
 
-// finish commits the recording and emits session.end.
-func (s *session) finish(ctx context.Context, relayErr error) {
+// finish commits the recording and emits session.end, which says how the
+// stream ended (reason, one of audit.End…).
+func (s *session) finish(ctx context.Context, reason string, relayErr error) {
 	h := s.x.h
 	log := h.Logger.With("session", s.x.grant.SessionID, "login", s.login)
-	if relayErr != nil {
-		log.Warn("stream ended", "err", relayErr)
+	if relayErr != nil || reason != audit.EndCompleted {
+		log.Warn("stream ended", "end_reason", reason, "bytes_in", s.in.Load(), "bytes_out", s.out.Load(), "err", relayErr)
 	}
 	end := s.body
+	end.EndReason = reason
 	end.Duration = h.Now().Sub(s.start)
 	end.BytesIn, end.BytesOut = s.in.Load(), s.out.Load()
 	end.Ports, end.ExitCode = s.tap.summary()
@@ -319,7 +260,38 @@ func (t *tap) next() stream.Handler {
 	if t.rec == nil {
 		return stream.NopHandler{}
 	}
-	return t.rec
+	return recorder{t.rec}
+}
+
+// recorder marks the recording's errors, so that session.end can tell a
+// recording failure from a stream that could not be decoded.
+type recorder struct{ h stream.Handler }
+
+func (r recorder) Stdin(n int) error                     { return recordErr(r.h.Stdin(n)) }
+func (r recorder) Stdout(p []byte) error                 { return recordErr(r.h.Stdout(p)) }
+func (r recorder) Stderr(p []byte) error                 { return recordErr(r.h.Stderr(p)) }
+func (r recorder) Resize(ts stream.TermSize) error       { return recordErr(r.h.Resize(ts)) }
+func (r recorder) Exit(st stream.ExitStatus) error       { return recordErr(r.h.Exit(st)) }
+func (r recorder) Close(dir stream.Direction) error      { return recordErr(r.h.Close(dir)) }
+func (r recorder) PortError(port uint16, m string) error { return recordErr(r.h.PortError(port, m)) }
+func (r recorder) CloseChannel(dir stream.Direction, ch int) error {
+	return recordErr(r.h.CloseChannel(dir, ch))
+}
+func (r recorder) PortData(port uint16, dir stream.Direction, n int) error {
+	return recordErr(r.h.PortData(port, dir, n))
+}
+
+// recordError is a failure to write the recording.
+type recordError struct{ err error }
+
+func (e *recordError) Error() string { return "recording: " + e.err.Error() }
+func (e *recordError) Unwrap() error { return e.err }
+
+func recordErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &recordError{err}
 }
 
 func (t *tap) summary() ([]string, *int) {
@@ -358,6 +330,13 @@ func (t *tap) Exit(st stream.ExitStatus) error {
 	t.exit = &code
 	t.mu.Unlock()
 	return t.next().Exit(st)
+}
+
+// exited reports whether the exit status was seen.
+func (t *tap) exited() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.exit != nil
 }
 
 // CloseChannel passes the v5 close signal on.

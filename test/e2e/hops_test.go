@@ -29,7 +29,8 @@ import (
 )
 
 // hops is the proxy and worker request path in one process, joined by a
-// pipe instead of the tunnel, in front of the real API server with the
+// loopback TCP connection (which half-closes, as a tunnel stream does)
+// instead of the tunnel, in front of the real API server with the
 // worker's real ServiceAccount token. It lets a test change one thing at one
 // hop — a key, a clock, a policy, the audit store — that the real binaries
 // do not let a client reach.
@@ -50,9 +51,40 @@ func (o *pipeOpener) Open(ctx context.Context, cluster string) (net.Conn, error)
 	if o.none {
 		return nil, fmt.Errorf("%w %q", tunnel.ErrNoWorker, cluster)
 	}
-	client, server := net.Pipe()
+	client, server, err := loopbackPair()
+	if err != nil {
+		return nil, err
+	}
 	go o.worker().ServeStream(context.Background(), server)
 	return client, nil
+}
+
+// loopbackPair returns the two ends of a new loopback TCP connection.
+func loopbackPair() (net.Conn, net.Conn, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, nil, err
+	}
+	defer ln.Close()
+	type accepted struct {
+		c   net.Conn
+		err error
+	}
+	ch := make(chan accepted, 1)
+	go func() {
+		c, err := ln.Accept()
+		ch <- accepted{c, err}
+	}()
+	client, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		return nil, nil, err
+	}
+	a := <-ch
+	if a.err != nil {
+		client.Close()
+		return nil, nil, a.err
+	}
+	return client, a.c, nil
 }
 
 func newHops(t *testing.T) *hops {
