@@ -247,7 +247,7 @@ func (s *session) fail(dst io.Writer, atBoundary bool, msg string) {
 
 // hasExit reports whether the stream ends with an exit status (exec and
 // attach; port-forward has none).
-func (s *session) hasExit() bool { return s.login != LoginPortForward }
+func (s *session) hasExit() bool { return s.login != string(sessions.KindPortForward) }
 
 // refusalMessage tells the user why Limen ended the stream.
 func refusalMessage(err error) string {

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/limenhq/limen/gateway/audit"
+	"github.com/limenhq/limen/gateway/sessions"
 	"github.com/limenhq/limen/gateway/stream"
 	"github.com/limenhq/limen/gateway/stream/decode"
 )
@@ -173,7 +174,7 @@ func TestRelayWholeSession(t *testing.T) {
 	for _, g := range execGoldens(t) {
 		t.Run(g.name, func(t *testing.T) {
 			last := lastFrameStart(t, g)
-			r := startRig(t, LoginExec, g.hdr)
+			r := startRig(t, string(sessions.KindExec), g.hdr)
 			if _, err := r.client.Write(g.client[:last]); err != nil {
 				t.Fatal(err)
 			}
@@ -232,7 +233,7 @@ func lastFrameStart(t *testing.T, g golden) int {
 func TestRelayClientHalfClose(t *testing.T) {
 	for _, g := range execGoldens(t) {
 		t.Run(g.name, func(t *testing.T) {
-			r := startRig(t, LoginExec, g.hdr)
+			r := startRig(t, string(sessions.KindExec), g.hdr)
 			if _, err := r.client.Write(g.client); err != nil {
 				t.Fatal(err)
 			}
@@ -281,7 +282,7 @@ func TestRelayCutUpstream(t *testing.T) {
 
 func cutUpstream(t *testing.T, g golden, cut int, reset bool) {
 	t.Helper()
-	r := startRig(t, LoginExec, g.hdr)
+	r := startRig(t, string(sessions.KindExec), g.hdr)
 	if _, err := r.client.Write(g.client); err != nil {
 		t.Fatal(err)
 	}
