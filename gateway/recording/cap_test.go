@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"strings"
@@ -183,17 +184,22 @@ func TestCapCountsEscapedBytes(t *testing.T) {
 	}
 }
 
-// TestCapHostileSizes: caps below the minimum are refused when the Writer is
-// made; the largest int64 neither overflows nor cuts; an event larger than
-// the whole cap and a header larger than the cap end in a valid recording.
+// TestCapHostileSizes: caps below the minimum fail CheckMaxBytes and, should
+// one reach a Writer anyway, are raised to the minimum; the largest int64
+// neither overflows nor cuts; an event larger than the whole cap and a
+// header larger than the cap end in a valid recording.
 func TestCapHostileSizes(t *testing.T) {
 	for _, n := range []int64{math.MinInt64, -1, 0, 1, MinMaxBytes - 1} {
-		if _, err := NewCappedWriter(io.Discard, meta(), n); err == nil {
-			t.Errorf("cap of %d bytes accepted", n)
-		}
 		if err := CheckMaxBytes(n); err == nil {
 			t.Errorf("CheckMaxBytes(%d) = nil", n)
 		}
+		var buf bytes.Buffer
+		w := NewCappedWriter(&buf, meta(), n)
+		wantCapError(t, fmt.Sprintf("cap %d, 1 MiB event", n), w.Stdout(bytes.Repeat([]byte("y"), 1<<20)), MinMaxBytes)
+		if err := w.Finish(); err != nil {
+			t.Fatal(err)
+		}
+		checkCut(t, buf.Bytes(), MinMaxBytes)
 	}
 	for _, n := range []int64{MinMaxBytes, DefaultMaxBytes, math.MaxInt64} {
 		if err := CheckMaxBytes(n); err != nil {
@@ -203,10 +209,7 @@ func TestCapHostileSizes(t *testing.T) {
 
 	t.Run("largest cap", func(t *testing.T) {
 		var buf bytes.Buffer
-		w, err := NewCappedWriter(&buf, meta(), math.MaxInt64)
-		if err != nil {
-			t.Fatal(err)
-		}
+		w := NewCappedWriter(&buf, meta(), math.MaxInt64)
 		for range 3 {
 			if err := w.Stdout(bytes.Repeat([]byte("z"), 64<<10)); err != nil {
 				t.Fatal(err)
@@ -219,10 +222,7 @@ func TestCapHostileSizes(t *testing.T) {
 
 	t.Run("event larger than the cap", func(t *testing.T) {
 		var buf bytes.Buffer
-		w, err := NewCappedWriter(&buf, meta(), MinMaxBytes)
-		if err != nil {
-			t.Fatal(err)
-		}
+		w := NewCappedWriter(&buf, meta(), MinMaxBytes)
 		if err := w.Stdout([]byte("before\n")); err != nil {
 			t.Fatal(err)
 		}
@@ -239,10 +239,7 @@ func TestCapHostileSizes(t *testing.T) {
 		m := meta()
 		m.Command = strings.Repeat("arg ", int(MinMaxBytes)/4+1)
 		var buf bytes.Buffer
-		w, err := NewCappedWriter(&buf, m, MinMaxBytes)
-		if err != nil {
-			t.Fatal(err)
-		}
+		w := NewCappedWriter(&buf, m, MinMaxBytes)
 		wantCapError(t, "first event", w.Stdout([]byte("x")), MinMaxBytes)
 		if err := w.Finish(); err != nil {
 			t.Fatal(err)
@@ -283,10 +280,7 @@ func TestSpoolCommitsCutRecording(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := NewCappedWriter(f, meta(), MinMaxBytes)
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := NewCappedWriter(f, meta(), MinMaxBytes)
 	var sent int
 	for {
 		err := w.Stdout(bytes.Repeat([]byte("line of output\n"), 100))

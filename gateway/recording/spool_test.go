@@ -1,6 +1,7 @@
 package recording
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -156,5 +157,28 @@ func TestSpoolRejectsBadIDs(t *testing.T) {
 		if _, err := s.Open(id); err == nil {
 			t.Errorf("Open(%q) accepted", id)
 		}
+	}
+}
+
+// TestSpoolRefusesForeignChecksum: a checksum file that is not one hex
+// SHA-256 (here 8 MiB of something else) is an error naming the recording,
+// and is not read whole.
+func TestSpoolRefusesForeignChecksum(t *testing.T) {
+	dir := t.TempDir()
+	s, err := OpenSpool(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "odd.cast"), []byte(validHeader), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "odd.cast.sha256"), bytes.Repeat([]byte("f"), 8<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Pending(); err == nil || !strings.Contains(err.Error(), "odd") {
+		t.Errorf("Pending with a foreign checksum file: %v, want an error naming the recording", err)
+	}
+	if err := s.Ack("odd", strings.Repeat("f", 64)); err == nil {
+		t.Error("Ack accepted a recording whose checksum file is not a checksum")
 	}
 }

@@ -140,14 +140,12 @@ func NewWriter(w io.Writer, meta Meta) *Writer {
 }
 
 // NewCappedWriter returns a Writer that writes the recording to w and keeps
-// it within maxBytes (at least MinMaxBytes). The header is always written
-// whole: should it alone leave no room (a command line longer than the cap),
-// the recording is the header and the closing marker.
-func NewCappedWriter(w io.Writer, meta Meta, maxBytes int64) (*Writer, error) {
-	if err := CheckMaxBytes(maxBytes); err != nil {
-		return nil, err
-	}
-	return newWriter(w, meta, time.Now, maxBytes), nil
+// it within maxBytes. Configuration is checked with CheckMaxBytes; a cap
+// below MinMaxBytes that gets here anyway is raised to it. The header is
+// always written whole: should it alone leave no room (a command line
+// longer than the cap), the recording is the header and the closing marker.
+func NewCappedWriter(w io.Writer, meta Meta, maxBytes int64) *Writer {
+	return newWriter(w, meta, time.Now, max(maxBytes, MinMaxBytes))
 }
 
 func newWriter(w io.Writer, meta Meta, now func() time.Time, maxBytes int64) *Writer {
@@ -373,8 +371,8 @@ var reserve = 2*int64(len(appendEvent(nil, math.MaxInt64, "o", []byte{0xff, 0xff
 	int64(len(appendEvent(nil, math.MaxInt64, "m", capMarker(math.MaxInt64))))
 
 // capMarker is the label of the marker that ends a recording cut at its cap.
-func capMarker(max int64) []byte {
-	return fmt.Appendf(nil, "Limen cut the recording here: it reached its cap of %s and the session was ended", FormatBytes(max))
+func capMarker(maxBytes int64) []byte {
+	return fmt.Appendf(nil, "Limen cut the recording here: it reached its cap of %s and the session was ended", FormatBytes(maxBytes))
 }
 
 // refused turns errNoRoom into the cut: the held bytes and the closing

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -155,11 +156,11 @@ func (x *exchange) openSession(info kreq.Info) (*session, int, string) {
 		return nil, http.StatusServiceUnavailable, "Limen cannot record the session, so it refuses it; ask your operator to check the worker's recording spool"
 	}
 	s.file = f
-	s.tap.rec = recording.NewWriter(f, recording.Meta{
+	s.tap.rec = recording.NewCappedWriter(f, recording.Meta{
 		Cluster: h.Cluster.Name, Namespace: info.Namespace, Pod: info.Name, Container: s.body.Container,
 		User: x.grant.Principal.Name, Session: x.grant.SessionID, Command: strings.Join(s.body.Command, " "),
 		Start: s.start,
-	})
+	}, cmp.Or(h.RecordingMaxBytes, recording.DefaultMaxBytes))
 	return s, 0, ""
 }
 
