@@ -23,7 +23,8 @@ import (
 // cap, having received no more output than the recording holds;
 // session.end must say the recording cap ended the session; and the
 // recording the proxy stores must be valid asciicast within the cap,
-// ending with the marker that says where it was cut.
+// ending with the marker that says where it was cut, and asciinema-player
+// must read it.
 func TestRecordingCapEndsTheSession(t *testing.T) {
 	e := gateway(t)
 	const capBytes, flood = 1 << 20, 16 << 20
@@ -87,6 +88,8 @@ func TestRecordingCapEndsTheSession(t *testing.T) {
 			if got, recorded := out.n.Load(), int64(len(castOutput(evs))); got > recorded {
 				t.Errorf("kubectl received %d bytes, the recording holds %d: output was relayed unrecorded", got, recorded)
 			}
+			validateCast(t, rec) // the player reads the cut recording as our reader does
+
 		})
 	}
 }
