@@ -101,7 +101,8 @@ var recoveredMarker = appendEvent(nil, 0, "m",
 
 // recoverFile cuts f back to its last complete line, appends the recovery
 // marker (when a header survived) and returns the hex SHA-256 of the result.
-// It reads f in blocks of recoverBlock.
+// It reads f in blocks of recoverBlock. (The marker may take a recording
+// already cut at its cap that one line past it.)
 func recoverFile(f partFile) (string, error) {
 	fi, err := f.Stat()
 	if err != nil {
