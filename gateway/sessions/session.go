@@ -1,7 +1,11 @@
-// Package sessions tracks the live sessions on one hop (exec, attach,
-// port-forward and long streaming responses such as watch and logs -f) and
+// Package sessions is the one vocabulary of streams on both hops: Classify
+// decides, as the API server does, whether a request opens a stream and of
+// which kind, and a Registry tracks what each hop relays. It lists the live
+// sessions (exec, attach, port-forward, watch, followed logs, proxy) and
 // ends them when their user is locked, an admin kills them, or their grant
-// expires — at once, even when the stream is idle (DESIGN.md §2).
+// expires — at once, even when the stream is idle (DESIGN.md §2). Every
+// other response is guarded the same way against locks and expiry, without
+// being listed.
 //
 // Each hop (proxy and worker) keeps its own Registry; the proxy pushes kills
 // to workers with the messages in wire.go and locks with package locks.
@@ -17,23 +21,33 @@ import (
 	"github.com/limenhq/limen/gateway/locks"
 )
 
-// Kind says what sort of stream a session is.
+// Kind says what sort of stream a session is. Audit events carry it as the
+// session's login (audit.Session.Login) under AuditKind.
 type Kind string
 
-// Session kinds.
+// Session kinds; Classify decides which one a request opens.
 const (
+	// KindNone is a request that opens no stream. Track still ends its
+	// response on a lock or the grant's expiry, but does not list it.
+	KindNone        Kind = ""
 	KindExec        Kind = "exec"
 	KindAttach      Kind = "attach"
 	KindPortForward Kind = "portforward"
 	KindWatch       Kind = "watch"
-	KindLogs        Kind = "logs"
-	// KindStream is any other long streaming response.
-	KindStream Kind = "stream"
+	// KindLogs is a followed log (pods/log with follow set).
+	KindLogs Kind = "logs"
+	// KindProxy is a pods/proxy, services/proxy or nodes/proxy request.
+	KindProxy Kind = "proxy"
 )
 
-func (k Kind) valid() bool {
+// AuditKind is the audit session kind (audit.Session.Kind) of every
+// Kubernetes stream; the Kind is its login.
+const AuditKind = "kube"
+
+// listed reports whether sessions of kind k are listed and killable.
+func (k Kind) listed() bool {
 	switch k {
-	case KindExec, KindAttach, KindPortForward, KindWatch, KindLogs, KindStream:
+	case KindExec, KindAttach, KindPortForward, KindWatch, KindLogs, KindProxy:
 		return true
 	}
 	return false
@@ -68,8 +82,7 @@ type Session struct {
 	Principal identity.Principal
 	Cluster   string
 	Kind      Kind
-	// Target is namespace/pod/container for exec, attach and port-forward,
-	// or the request path for streaming responses.
+	// Target is Stream.Target: what the stream is attached to.
 	Target string
 	// Start defaults to the time of Register.
 	Start time.Time
@@ -84,8 +97,8 @@ func (s Session) validate() error {
 	if err := s.Principal.Validate(); err != nil {
 		return fmt.Errorf("session %s: %w", s.ID, err)
 	}
-	if !s.Kind.valid() {
-		return fmt.Errorf("session %s: kind %q is not one of exec, attach, portforward, watch, logs, stream", s.ID, s.Kind)
+	if !s.Kind.listed() {
+		return fmt.Errorf("session %s: kind %q is not one of exec, attach, portforward, watch, logs, proxy", s.ID, s.Kind)
 	}
 	return nil
 }
@@ -142,7 +155,7 @@ func (i Info) EndEvent() audit.Event {
 		Cluster:   i.Cluster,
 		SessionID: i.ID,
 		Session: &audit.Session{
-			Kind:     "kube",
+			Kind:     AuditKind,
 			Login:    string(i.Kind),
 			BytesIn:  i.BytesIn,
 			BytesOut: i.BytesOut,

@@ -28,6 +28,7 @@ type exchange struct {
 	start  time.Time
 	grant  grant.Grant
 	path   kpath.Path
+	kind   sessions.Kind // what the request opens (sessions.Classify)
 }
 
 func (x *exchange) event() audit.Event {
@@ -40,14 +41,14 @@ func (x *exchange) event() audit.Event {
 // refuse answers the request itself, after its audit event.
 func (x *exchange) refuse(rf *refusal) {
 	ev := x.event()
-	rawPath, _, _ := strings.Cut(x.req.RequestURI, "?")
+	rawPath := audit.RequestPath(x.req.RequestURI)
 	if rf.reason != "" {
 		ev.Type = audit.TypeAuthDenied
-		ev.Denied = &audit.Denied{Hop: audit.HopWorker, Reason: rf.reason, Path: clipPath(rawPath)}
+		ev.Denied = &audit.Denied{Hop: audit.HopWorker, Reason: rf.reason, Path: rawPath}
 	} else {
 		ev.Type = audit.TypeKubeRequest
 		ev.Groups = x.grant.Groups
-		ev.Kube = &audit.KubeRequest{Method: x.req.Method, Path: clipPath(rawPath), Status: rf.code, Latency: x.h.Now().Sub(x.start)}
+		ev.Kube = &audit.KubeRequest{Method: x.req.Method, Path: rawPath, Status: rf.code, Latency: x.h.Now().Sub(x.start)}
 	}
 	if err := audit.WriteEvent(x.stream, ev); err != nil {
 		x.h.Logger.Warn("write audit event", "err", err)
@@ -65,18 +66,21 @@ func (x *exchange) forward(ctx context.Context, cancel context.CancelFunc, group
 		x.refuse(&refusal{code: http.StatusBadRequest, msg: "cannot classify the request: " + err.Error()})
 		return
 	}
-	live, err := h.track(ctx, x, info)
+	st := sessions.Classify(x.req, info)
+	x.kind = st.Kind
+	live, err := h.track(ctx, x, st)
 	if err != nil {
 		x.refuse(&refusal{http.StatusForbidden, err.Error(), "session refused: " + err.Error()})
 		return
 	}
 	if live != nil {
-		// Lock, kill or grant expiry ends the stream at once, idle or not:
-		// the upstream request is cancelled and the tunnel stream closed.
+		// Lock, kill or grant expiry ends the response at once, idle or
+		// not, whatever its kind: the upstream request is cancelled and the
+		// tunnel stream closed.
+		defer live.End(sessions.ReasonCompleted)
 		ctx = live.Context()
 		stop := context.AfterFunc(ctx, func() { x.stream.Close() })
-		defer stop()
-		defer live.End(sessions.ReasonCompleted)
+		defer stop() // before End: a response that completes keeps its stream
 	}
 	token, err := h.Token()
 	if err != nil {
@@ -226,32 +230,16 @@ func writeStatusResponse(w io.Writer, code int, msg string) error {
 	return err
 }
 
-// clipPath keeps an unparsed path auditable without letting it grow the
-// event past the wire limit.
-func clipPath(p string) string {
-	p, _, _ = strings.Cut(p, "#")
-	if len(p) > 1024 {
-		p = p[:1024]
-	}
-	if p == "" {
-		return "/"
-	}
-	return strings.ToValidUTF8(p, "\uFFFD")
-}
-
-// track registers a long-lived stream with the worker's session registry,
-// so that a lock or kill pushed by the proxy, or the grant's expiry, ends it
-// on this hop too. Short requests are not tracked.
-func (h *Handler) track(ctx context.Context, x *exchange, info kreq.Info) (*sessions.Live, error) {
+// track puts the response under the worker's session watchdog, so that a
+// lock or kill pushed by the proxy, or the grant's expiry, ends it on this
+// hop too. A stream (sessions.Classify) is listed as a session; every other
+// response is only guarded.
+func (h *Handler) track(ctx context.Context, x *exchange, st sessions.Stream) (*sessions.Live, error) {
 	if h.Sessions == nil {
 		return nil, nil
 	}
-	kind, target, ok := sessions.KindOf(info, x.req.URL.Query())
-	if !ok {
-		return nil, nil
-	}
-	return h.Sessions.Register(ctx, sessions.Session{
+	return h.Sessions.Track(ctx, sessions.Session{
 		ID: x.grant.SessionID, Principal: x.grant.Principal, Cluster: h.Cluster.Name,
-		Kind: kind, Target: target, Expires: x.grant.ExpiresAt,
+		Kind: st.Kind, Target: st.Target, Expires: x.grant.ExpiresAt,
 	})
 }

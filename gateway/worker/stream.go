@@ -19,19 +19,10 @@ import (
 	"github.com/limenhq/limen/gateway/audit"
 	"github.com/limenhq/limen/gateway/kreq"
 	"github.com/limenhq/limen/gateway/recording"
+	"github.com/limenhq/limen/gateway/sessions"
 	"github.com/limenhq/limen/gateway/stream"
 	"github.com/limenhq/limen/gateway/stream/decode"
 )
-
-// Logins of stream sessions, as audited.
-const (
-	LoginExec        = "exec"
-	LoginAttach      = "attach"
-	LoginPortForward = "portforward"
-)
-
-// SessionKind is the audit session kind of Kubernetes streams.
-const SessionKind = "kube"
 
 // relayBuffer is the size of each direction's copy buffer.
 const relayBuffer = 64 << 10
@@ -58,23 +49,6 @@ func offerDecodable(h http.Header) {
 	if len(keep) > 0 {
 		h.Set("Sec-WebSocket-Protocol", strings.Join(keep, ", "))
 	}
-}
-
-// streamLogin names the session an upgraded request opens, or "" for an
-// upgrade Limen does not relay.
-func streamLogin(info kreq.Info) string {
-	if info.APIGroup != "" || info.Resource != "pods" {
-		return ""
-	}
-	switch info.Subresource {
-	case "exec":
-		return LoginExec
-	case "attach":
-		return LoginAttach
-	case "portforward":
-		return LoginPortForward
-	}
-	return ""
 }
 
 // session is one upgraded stream being relayed.
@@ -144,18 +118,18 @@ func (x *exchange) refuseUpgrade(ev audit.Event, code int, msg string) {
 // its recording. On failure it returns the status and message to answer.
 func (x *exchange) openSession(info kreq.Info) (*session, int, string) {
 	h := x.h
-	login := streamLogin(info)
-	if login == "" {
+	if x.kind != sessions.KindExec && x.kind != sessions.KindAttach && x.kind != sessions.KindPortForward {
 		return nil, http.StatusBadRequest, "Limen relays upgraded connections only for pods/exec, pods/attach and pods/portforward"
 	}
+	login := string(x.kind)
 	if h.Events == nil {
 		return nil, http.StatusServiceUnavailable, "this Limen worker cannot audit sessions (no event channel to the proxy); ask your operator"
 	}
 	q := x.req.URL.Query()
 	s := &session{x: x, login: login, start: h.Now(), tap: &tap{ports: map[string]bool{}}}
-	s.body = audit.Session{Kind: SessionKind, Login: login, Namespace: info.Namespace, Pod: info.Name,
+	s.body = audit.Session{Kind: sessions.AuditKind, Login: login, Namespace: info.Namespace, Pod: info.Name,
 		Container: q.Get("container")}
-	if login == LoginPortForward {
+	if x.kind == sessions.KindPortForward {
 		for _, v := range q["ports"] {
 			for _, p := range strings.Split(v, ",") {
 				if p = strings.TrimSpace(p); p != "" {

@@ -45,13 +45,13 @@ type Handler struct {
 	// Token returns the worker's current ServiceAccount token.
 	Token func() (string, error)
 	// Locks and Sessions are the worker's own copy of the proxy's locks and
-	// its live streams; nil means nobody is locked and streams are not
-	// tracked.
+	// the watchdog over its responses; nil means nobody is locked and
+	// responses are not tracked.
 	Locks interface {
 		Check(identity.Principal, time.Time) error
 	}
 	Sessions interface {
-		Register(ctx context.Context, s sessions.Session) (*sessions.Live, error)
+		Track(ctx context.Context, s sessions.Session) (*sessions.Live, error)
 	}
 	Logger *slog.Logger
 	Now    func() time.Time
