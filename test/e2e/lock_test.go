@@ -1,11 +1,15 @@
 package e2e
 
 import (
+	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -15,6 +19,11 @@ import (
 	"time"
 
 	"github.com/creack/pty"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 
 	"github.com/limenhq/limen/gateway/sessions"
 	"github.com/limenhq/limen/test/cluster/clustertest"
@@ -81,21 +90,36 @@ func TestLockEndsOpenStreams(t *testing.T) {
 	clustertest.RunPod(t, ns, "talker", []string{"sh", "-c", "while true; do echo tick; sleep 5; done"}, false)
 	kc := userKubeconfig(t, "alice")
 	web := listenLoopback(t)
+	proxied := serveStreamingService(t, ns, "talker")
+	raw := newRawClient(t, "alice")
+	run := func(args ...string) func() <-chan error {
+		return func() <-chan error { _, done := openStream(t, kc, args...); return done }
+	}
 	kinds := []struct {
 		name string
-		args []string
+		kind sessions.Kind
+		open func() <-chan error
 	}{
-		{"watch", []string{"-n", ns, "get", "configmaps", "-w"}},
-		{"logs", []string{"-n", ns, "logs", "-f", "talker"}},
-		{"exec", []string{"-n", ns, "exec", "-it", "talker", "--", "sh"}},
-		{"portforward", []string{"-n", ns, "port-forward", "pod/talker", fmt.Sprintf(":%d", web)}},
+		{"watch", sessions.KindWatch, run("-n", ns, "get", "configmaps", "-w")},
+		{"logs", sessions.KindLogs, run("-n", ns, "logs", "-f", "talker")},
+		{"exec", sessions.KindExec, run("-n", ns, "exec", "-it", "talker", "--", "sh")},
+		{"portforward", sessions.KindPortForward, run("-n", ns, "port-forward", "pod/talker", fmt.Sprintf(":%d", web))},
+		// Spellings kubectl never sends but the API server accepts: through
+		// kubectl (which re-encodes the query) and byte for byte.
+		{"logs follow=True", sessions.KindLogs, run("get", "--raw", "/api/v1/namespaces/"+ns+"/pods/talker/log?follow=True")},
+		{"watch watch=yes", sessions.KindWatch, run("get", "--raw", "/api/v1/namespaces/"+ns+"/configmaps?watch=yes")},
+		{"logs %66ollow=t", sessions.KindLogs, func() <-chan error {
+			return raw.open(t, "/k8s/demo/api/v1/namespaces/"+ns+"/pods/talker/log?%66ollow=t")
+		}},
+		// A response from a workload, streaming.
+		{"services proxy", sessions.KindProxy, run("get", "--raw", proxied)},
 	}
 	for _, k := range kinds {
 		t.Run(k.name, func(t *testing.T) {
 			var lat []time.Duration
 			for i := range lockRuns {
-				_, done := openStream(t, kc, k.args...)
-				waitOpen(t, k.name, 1)
+				done := k.open()
+				waitOpen(t, string(k.kind), 1)
 				start := time.Now()
 				admin(t, "lock", "alice", "--reason", "incident 42")
 				select {
@@ -140,6 +164,110 @@ func listenLoopback(t *testing.T) int {
 		}
 	}()
 	return l.Addr().(*net.TCPAddr).Port
+}
+
+// serveStreamingService serves, behind a Service whose one endpoint is the
+// given pod, an HTTP response that never ends: a line, then silence until
+// the client goes away. The fake node's pods all have the address
+// 127.0.0.1, so the test's own listener is that pod's port. It returns the
+// services/proxy path of that response, once the API server proxies it.
+func serveStreamingService(t *testing.T, ns, pod string) string {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		_, _ = io.WriteString(w, "tick\n")
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	}))
+	t.Cleanup(srv.Close)
+	port := int32(srv.Listener.Addr().(*net.TCPAddr).Port)
+	c := clustertest.Cluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// No selector: the endpoint is ours to write.
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "streamer"},
+		Spec: corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone,
+			Ports: []corev1.ServicePort{{Name: "http", Port: port, Protocol: corev1.ProtocolTCP}}},
+	}
+	if _, err := c.Client.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	slice := &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Name: "streamer", Labels: map[string]string{discoveryv1.LabelServiceName: "streamer"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints: []discoveryv1.Endpoint{{
+			Addresses: []string{"127.0.0.1"},
+			TargetRef: &corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: pod},
+		}},
+		Ports: []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To(port), Protocol: ptr.To(corev1.ProtocolTCP)}},
+	}
+	if _, err := c.Client.DiscoveryV1().EndpointSlices(ns).Create(ctx, slice, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	path := "/api/v1/namespaces/" + ns + "/services/streamer:http/proxy/stream"
+	hc, err := rest.HTTPClientFor(c.Admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The API server finds endpoints through an informer: poll until it
+	// proxies.
+	for {
+		if line, err := firstLine(ctx, hc, c.Server+path); err == nil && line == "tick" {
+			return path
+		} else if ctx.Err() != nil {
+			t.Fatalf("the API server never proxied %s: %q %v", path, line, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// firstLine GETs url and returns the first line of a 200 response.
+func firstLine(ctx context.Context, hc *http.Client, url string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	line, err := bufio.NewReader(resp.Body).ReadString('\n')
+	if resp.StatusCode != http.StatusOK {
+		return line, fmt.Errorf("%s", resp.Status)
+	}
+	return strings.TrimSuffix(line, "\n"), err
+}
+
+// open sends one GET with the raw target and returns once the response
+// head is in; done receives when the body ends.
+func (c *rawClient) open(t *testing.T, target string) <-chan error {
+	t.Helper()
+	conn, err := tls.Dial("tcp", c.addr, c.tls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	if _, err := io.WriteString(conn, "GET "+target+" HTTP/1.1\r\nHost: "+c.addr+"\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("read response to %s: %v", target, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("%s: %s %s", target, resp.Status, b)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := io.Copy(io.Discard, resp.Body)
+		done <- err
+	}()
+	return done
 }
 
 func TestKillEndsOneSessionOnly(t *testing.T) {
