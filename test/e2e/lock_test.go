@@ -89,7 +89,7 @@ func TestLockEndsOpenStreams(t *testing.T) {
 	clustertest.RunPod(t, ns, "talker", []string{"sh", "-c", "while true; do echo tick; sleep 5; done"}, false)
 	kc := userKubeconfig(t, "alice")
 	web := listenLoopback(t)
-	proxied := serveStreamingPod(t, ns)
+	proxied, proxyReady := serveStreamingPod(t, ns)
 	raw := newRawClient(t, "alice")
 	run := func(args ...string) func() <-chan error {
 		return func() <-chan error { _, done := openStream(t, kc, args...); return done }
@@ -112,7 +112,10 @@ func TestLockEndsOpenStreams(t *testing.T) {
 			return raw.open(t, "/k8s/demo/api/v1/namespaces/"+ns+"/pods/talker/log?%66ollow=t")
 		}},
 		// A response from a workload, streaming.
-		{"pods proxy", sessions.KindProxy, run("get", "--raw", "/k8s/demo"+proxied)},
+		{"pods proxy", sessions.KindProxy, func() <-chan error {
+			proxyReady()
+			return run("get", "--raw", "/k8s/demo"+proxied)()
+		}},
 	}
 	for _, k := range kinds {
 		t.Run(k.name, func(t *testing.T) {
@@ -168,15 +171,18 @@ func listenLoopback(t *testing.T) int {
 
 // serveStreamingPod serves, as the port of a pod, an HTTP response that
 // never ends: a line, then silence until the client goes away. It returns
-// the pods/proxy path of that response, once the API server proxies it.
+// the pods/proxy path of that response and a function that returns once the
+// API server proxies it.
 //
 // The API server proxies only to a pod address that is not loopback, and
 // the fake node gives every pod 127.0.0.1; so the test listens on one of
 // this machine's other addresses and writes it into the pod's status
 // itself — a stand-in for a node's pod network, named as such. The fake
-// kubelet writes a pod's status only when a container changes state, which
-// this pod's never does.
-func serveStreamingPod(t *testing.T, ns string) string {
+// kubelet writes a pod's status again only when a container changes state,
+// but a report it queued while the pod started may still land after the
+// test's, so ready checks the address, and writes it again, before every
+// use.
+func serveStreamingPod(t *testing.T, ns string) (path string, ready func()) {
 	t.Helper()
 	ip := proxyableIP(t)
 	ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
@@ -195,31 +201,40 @@ func serveStreamingPod(t *testing.T, ns string) string {
 	port := ln.Addr().(*net.TCPAddr).Port
 	c := clustertest.Cluster(t)
 	clustertest.RunPod(t, ns, "web", []string{"sleep", "3600"}, false)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	pods := c.Client.CoreV1().Pods(ns)
-	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		pod, err := pods.Get(ctx, "web", metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		pod.Status.PodIP, pod.Status.PodIPs = ip, []corev1.PodIP{{IP: ip}}
-		_, err = pods.UpdateStatus(ctx, pod, metav1.UpdateOptions{})
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := fmt.Sprintf("/api/v1/namespaces/%s/pods/web:%d/proxy/stream", ns, port)
 	hc, err := rest.HTTPClientFor(c.Admin)
 	if err != nil {
 		t.Fatal(err)
 	}
-	line, err := firstLine(ctx, hc, c.Server+path)
-	if err != nil || line != "tick" {
-		t.Fatalf("the API server does not proxy %s: %q %v", path, line, err)
+	path = fmt.Sprintf("/api/v1/namespaces/%s/pods/web:%d/proxy/stream", ns, port)
+	pods := c.Client.CoreV1().Pods(ns)
+	ready = func() {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		for {
+			err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+				pod, err := pods.Get(ctx, "web", metav1.GetOptions{})
+				if err != nil || pod.Status.PodIP == ip {
+					return err
+				}
+				pod.Status.PodIP, pod.Status.PodIPs = ip, []corev1.PodIP{{IP: ip}}
+				_, err = pods.UpdateStatus(ctx, pod, metav1.UpdateOptions{})
+				return err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			line, err := firstLine(ctx, hc, c.Server+path)
+			if err == nil && line == "tick" {
+				return
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("the API server does not proxy %s: %q %v", path, line, err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
 	}
-	return path
+	return path, ready
 }
 
 // proxyableIP returns an IPv4 address of this machine that the API server
