@@ -103,7 +103,11 @@ func (k *Kube) relayUpgrade(resp *http.Response) error {
 		return fmt.Errorf("switch protocols: %w", err)
 	}
 	resp.Body = nil // so Write sends only the head
-	if err := resp.Write(brw); err == nil {
+	err = resp.Write(brw)
+	// ReverseProxy closes the body of a response ModifyResponse refused;
+	// the stream itself is closed by the relay.
+	resp.Body = http.NoBody
+	if err == nil {
 		err = brw.Flush()
 	}
 	if err != nil {
