@@ -29,16 +29,9 @@ func (s *proxyServer) mountLocks(ctx context.Context, dataDir string) error {
 		return fmt.Errorf("lock store: %w", err)
 	}
 	set.Replace(all)
-	s.Sessions = sessions.New(sessions.Config{
-		Locks: set, Logger: s.Log.With("component", "sessions"),
-		OnEnd: func(i sessions.Info) {
-			ev := i.EndEvent()
-			ev.Fields["hop"] = "proxy"
-			if err := s.Audit.Emit(context.Background(), ev); err != nil {
-				s.Log.Error("audit session.end", "session", i.ID, "err", err)
-			}
-		},
-	})
+	// The worker reports each session's one session.end; the proxy's end
+	// reason joins it there (proxy.Kube.SessionEvent).
+	s.Sessions = sessions.New(sessions.Config{Locks: set, Logger: s.Log.With("component", "sessions")})
 	s.Kube.Locks, s.Kube.Sessions = set, s.Sessions
 
 	// A worker serves nothing before it holds the current lock list.

@@ -2,9 +2,10 @@ package main
 
 import (
 	"context"
-	"fmt"
+	"errors"
 
 	"github.com/limenhq/limen/gateway/audit"
+	"github.com/limenhq/limen/gateway/proxy"
 	"github.com/limenhq/limen/gateway/recstore"
 	"github.com/limenhq/limen/gateway/tunnel"
 )
@@ -37,23 +38,18 @@ func (s *proxyServer) mountRecordings(ctx context.Context, dataDir string) error
 }
 
 // storeWorkerEvent stores a session event sent by a worker and returns ""
-// once it is durable, or why it was not stored. A worker may report only
-// session events of its own cluster.
+// once it is durable, or why it was not stored (proxy.Kube.SessionEvent).
 func (s *proxyServer) storeWorkerEvent(ctx context.Context, w *tunnel.Worker, m tunnel.Message) string {
 	var ev audit.Event
 	if err := m.Decode(&ev); err != nil {
 		return "malformed event: " + err.Error()
 	}
-	if ev.Type != audit.TypeSessionStart && ev.Type != audit.TypeSessionEnd {
-		return fmt.Sprintf("event type %q may not be sent on the control stream", ev.Type)
-	}
-	if cluster := w.Info().Cluster; ev.Cluster != cluster {
-		s.Log.Warn("worker sent an event for another cluster", "worker_cluster", cluster, "event_cluster", ev.Cluster)
-		return fmt.Sprintf("a worker of cluster %q may not report for cluster %q", cluster, ev.Cluster)
-	}
-	ev.ID = 0
-	if err := s.Audit.Emit(ctx, ev); err != nil {
-		s.Log.Error("store session event", "type", ev.Type, "err", err)
+	if err := s.Kube.SessionEvent(ctx, w.Info().Cluster, ev); err != nil {
+		if errors.Is(err, proxy.ErrForeignEvent) {
+			s.Log.Warn("worker event refused", "cluster", w.Info().Cluster, "err", err)
+		} else {
+			s.Log.Error("store session event", "type", ev.Type, "err", err)
+		}
 		return err.Error()
 	}
 	return ""

@@ -93,13 +93,19 @@ type Denied struct {
 type Session struct {
 	// Kind is "kube" for Kubernetes streams.
 	Kind string `json:"kind"`
-	// Login is exec, attach or portforward.
+	// Login is what the stream is (sessions.Kind): exec, attach,
+	// portforward, watch, logs or proxy.
 	Login     string   `json:"login"`
 	Namespace string   `json:"namespace,omitempty"`
 	Pod       string   `json:"pod,omitempty"`
 	Container string   `json:"container,omitempty"`
 	Command   []string `json:"command,omitempty"`
 	Ports     []string `json:"ports,omitempty"`
+	// Target names what the stream is attached to, as `limen sessions ls`
+	// shows it: namespace/pod/container for exec, attach and logs,
+	// namespace/resource[/name] for a watch, resource/namespace/name for
+	// proxy.
+	Target string `json:"target,omitempty"`
 	// The rest is known only at session.end.
 	ExitCode        *int          `json:"exit_code,omitempty"`
 	BytesIn         int64         `json:"bytes_in,omitempty"`
@@ -108,6 +114,13 @@ type Session struct {
 	RecordingSHA256 string        `json:"recording_sha256,omitempty"`
 	// EndReason says how the stream ended (one of the End… values).
 	EndReason string `json:"end_reason,omitempty"`
+	// EndDetail says it in words: the lock, the error.
+	EndDetail string `json:"end_detail,omitempty"`
+	// EndHop is the hop that saw the end first-hand (HopWorker: the relay
+	// or the worker's watchdog; HopProxy: the proxy ended the session, by
+	// a lock, kill, expiry or shutdown, and the worker saw only its side
+	// close).
+	EndHop string `json:"end_hop,omitempty"`
 }
 
 // How a stream ended, as session.end's end_reason says. The first six are
@@ -202,6 +215,9 @@ func (e Event) validate() error {
 		}
 		if r := e.Session.EndReason; r != "" && (e.Type == TypeSessionStart || !endReasons[r]) {
 			return fmt.Errorf("end_reason %q is not a known end of a %s", clip(r), e.Type)
+		}
+		if h := e.Session.EndHop; h != "" && (e.Type == TypeSessionStart || h != HopProxy && h != HopWorker) {
+			return fmt.Errorf("end_hop %q is not a hop that ends a %s", clip(h), e.Type)
 		}
 	}
 	return nil

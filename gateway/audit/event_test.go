@@ -20,6 +20,8 @@ func TestValidate(t *testing.T) {
 			ExitCode: &exit, BytesIn: 10, BytesOut: 20, Duration: time.Second, RecordingSHA256: strings.Repeat("a", 64),
 			EndReason: EndCompleted}},
 		{Type: TypeSessionEnd, Time: t0, Session: &Session{Kind: "kube", Login: "exec", EndReason: EndTruncated}},
+		{Type: TypeSessionEnd, Time: t0, Session: &Session{Kind: "kube", Login: "watch", Target: "default/pods",
+			EndReason: EndLocked, EndDetail: "user alice is locked", EndHop: HopProxy}},
 		{Type: TypeTokenCreate, Time: t0, Principal: identity.Principal{Kind: identity.KindUser, Name: "admin"},
 			Fields: map[string]string{"token": "join", "cluster": "prod"}},
 		{Type: "user.add", Time: t0, Fields: map[string]string{"user": "bob"}},
@@ -47,6 +49,8 @@ func TestValidate(t *testing.T) {
 		"session no login":    {Type: TypeSessionStart, Time: t0, Session: &Session{Kind: "kube"}},
 		"unknown end reason":  {Type: TypeSessionEnd, Time: t0, Session: &Session{Kind: "kube", Login: "exec", EndReason: "fine"}},
 		"end reason at start": {Type: TypeSessionStart, Time: t0, Session: &Session{Kind: "kube", Login: "exec", EndReason: EndCompleted}},
+		"unknown end hop":     {Type: TypeSessionEnd, Time: t0, Session: &Session{Kind: "kube", Login: "exec", EndReason: EndLocked, EndHop: "client"}},
+		"end hop at start":    {Type: TypeSessionStart, Time: t0, Session: &Session{Kind: "kube", Login: "exec", EndHop: HopProxy}},
 	}
 	for name, e := range bad {
 		if err := e.Validate(); !errors.Is(err, ErrInvalid) {

@@ -42,9 +42,11 @@ type LockChecker interface {
 }
 
 // Registrar puts responses under the session watchdog, so that lock, kill
-// and grant expiry can end them (sessions.Registry.Track).
+// and grant expiry can end them (sessions.Registry.Track), and tells how a
+// session ended (Get).
 type Registrar interface {
 	Track(ctx context.Context, s sessions.Session) (*sessions.Live, error)
+	Get(id string) (sessions.Info, bool)
 }
 
 // Authenticator turns a request's verified client certificate into a

@@ -55,6 +55,8 @@ var alice = identity.Principal{Kind: identity.KindUser, Name: "alice", Traits: m
 type path struct {
 	proxy, worker hop
 	kube          *proxy.Kube
+	handler       *worker.Handler
+	store         *audit.Store
 	url           string
 }
 
@@ -96,7 +98,7 @@ func newPath(t *testing.T) (*path, <-chan string) {
 	t.Cleanup(func() { store.Close() })
 	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
 	demo := policy.Cluster{Name: "demo", Labels: map[string]string{"env": "dev"}}
-	p := &path{proxy: newHop(t), worker: newHop(t)}
+	p := &path{proxy: newHop(t), worker: newHop(t), store: store}
 	w := &worker.Handler{
 		Cluster: demo, GrantKey: pub, Policy: pol, Upstream: upstream, Transport: rt,
 		Token: func() (string, error) { return "stand-in-token", nil },
@@ -112,6 +114,10 @@ func newPath(t *testing.T) (*path, <-chan string) {
 		Clusters: func(string) policy.Cluster { return demo },
 		Logger:   slog.New(slog.DiscardHandler), Now: time.Now,
 	}
+	p.handler = w
+	// Session events reach the proxy's store as the control stream brings
+	// them.
+	w.Events = func(ctx context.Context, ev audit.Event) error { return p.kube.SessionEvent(ctx, demo.Name, ev) }
 	srv := httptest.NewServer(p.kube)
 	t.Cleanup(srv.Close)
 	p.url = srv.URL
@@ -130,6 +136,14 @@ func (o pipe) Open(context.Context, string) (net.Conn, error) {
 // channel that receives when the body ends.
 func (p *path) open(t *testing.T, target string) <-chan struct{} {
 	t.Helper()
+	_, ended := p.openResp(t, target)
+	return ended
+}
+
+// openResp is open that also returns the response, whose body the caller
+// may close to hang up.
+func (p *path) openResp(t *testing.T, target string) (*http.Response, <-chan struct{}) {
+	t.Helper()
 	resp, err := http.Get(p.url + target)
 	if err != nil {
 		t.Fatal(err)
@@ -144,7 +158,7 @@ func (p *path) open(t *testing.T, target string) <-chan struct{} {
 		_, _ = io.Copy(io.Discard, br)
 		close(ended)
 	}()
-	return ended
+	return resp, ended
 }
 
 func waitFor[T any](t *testing.T, ch <-chan T, what string) T {

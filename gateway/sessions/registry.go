@@ -248,7 +248,7 @@ func (l *Live) Info() Info {
 		Start: l.s.Start, Expires: l.s.Expires, BytesIn: l.in.Load(), BytesOut: l.out.Load(),
 	}
 	if e := l.Ended(); e != nil {
-		i.End, i.Reason, i.Detail = l.endedAt, e.Reason, e.detail()
+		i.End, i.Reason, i.Detail = l.endedAt, e.Reason, e.Detail()
 	}
 	return i
 }

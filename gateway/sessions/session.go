@@ -140,29 +140,30 @@ type Info struct {
 // Live reports whether the session had not ended when the snapshot was taken.
 func (i Info) Live() bool { return i.End.IsZero() }
 
-// EndEvent is the session.end audit event for an ended session. The reason
-// and its detail are in Fields (the audit Session body has no field for
-// them); callers add what only they know (command, exit code, recording).
-func (i Info) EndEvent() audit.Event {
-	fields := map[string]string{"reason": string(i.Reason), "target": i.Target}
-	if i.Detail != "" {
-		fields["detail"] = i.Detail
+// CompleteEnd completes end, the session.end body a worker reported for
+// this session, with what this hop knows: when this hop ended the session
+// from outside (a lock, a kill, the grant's expiry, shutdown) and the worker
+// saw only its client side go away (client_closed, tunnel_closed), the end
+// is this hop's reason, in its words. Whatever the worker found itself (the
+// API server's end, its own watchdog, a truncation) stands, and so do its
+// facts: exit code, bytes, recording.
+func (i Info) CompleteEnd(end *audit.Session) {
+	if i.Live() || !i.Reason.outside() {
+		return
 	}
-	return audit.Event{
-		Type:      audit.TypeSessionEnd,
-		Time:      i.End,
-		Principal: i.Principal,
-		Cluster:   i.Cluster,
-		SessionID: i.ID,
-		Session: &audit.Session{
-			Kind:     AuditKind,
-			Login:    string(i.Kind),
-			BytesIn:  i.BytesIn,
-			BytesOut: i.BytesOut,
-			Duration: i.End.Sub(i.Start),
-		},
-		Fields: fields,
+	switch end.EndReason {
+	case audit.EndClientClosed, audit.EndTunnelClosed, "":
+		end.EndReason, end.EndDetail, end.EndHop = string(i.Reason), i.Detail, audit.HopProxy
 	}
+}
+
+// outside reports whether r ends a session from outside its stream.
+func (r Reason) outside() bool {
+	switch r {
+	case ReasonLocked, ReasonKilled, ReasonExpired, ReasonShutdown:
+		return true
+	}
+	return false
 }
 
 // ErrClosed means the registry is shut down and takes no new sessions.
@@ -205,7 +206,9 @@ func (e *Ended) Unwrap() error {
 	return e.Err
 }
 
-func (e *Ended) detail() string {
+// Detail explains the end in words: the lock, the error; "" for the
+// other reasons.
+func (e *Ended) Detail() string {
 	switch {
 	case e.Lock != nil:
 		return e.Lock.Describe()

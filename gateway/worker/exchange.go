@@ -13,13 +13,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/limenhq/limen/gateway/audit"
-	"github.com/limenhq/limen/gateway/grant"
-	"github.com/limenhq/limen/gateway/kpath"
 	"github.com/limenhq/limen/gateway/kreq"
 	"github.com/limenhq/limen/gateway/sessions"
+	"github.com/limenhq/limen/gateway/tunnel"
 )
 
 // exchange is one request on one stream.
@@ -29,29 +29,29 @@ type exchange struct {
 	br     *bufio.Reader
 	req    *http.Request
 	start  time.Time
-	grant  grant.Grant
-	path   kpath.Path
-	info   *kreq.Info    // the request's classification, once made
-	kind   sessions.Kind // what the request opens (sessions.Classify)
+	adm    admission
+	info   *kreq.Info      // the request's classification, once made
+	st     sessions.Stream // what the request opens (sessions.Classify)
 }
 
 func (x *exchange) event() audit.Event {
+	g := x.adm.grant
 	return audit.Event{
-		Time: x.h.Now(), Principal: x.grant.Principal, Cluster: x.h.Cluster.Name,
-		SessionID: x.grant.SessionID, ClientAddr: x.grant.ClientAddr,
+		Time: x.h.Now(), Principal: g.Principal, Groups: x.adm.groups, Cluster: x.h.Cluster.Name,
+		SessionID: g.SessionID, ClientAddr: g.ClientAddr,
 	}
 }
 
 // kubeEvent is the request's kube.request event with the given status: the
 // classification once it is made, the raw path before.
-func (x *exchange) kubeEvent(groups []string, status int) audit.Event {
+func (x *exchange) kubeEvent(status int) audit.Event {
 	ev := x.event()
-	ev.Type, ev.Groups = audit.TypeKubeRequest, groups
+	ev.Type = audit.TypeKubeRequest
 	k := &audit.KubeRequest{Method: x.req.Method, Path: audit.RequestPath(x.req.RequestURI), Status: status,
 		Latency: x.h.Now().Sub(x.start)}
 	if i := x.info; i != nil {
 		k.Verb, k.APIGroup, k.APIVersion, k.Resource = i.Verb, i.APIGroup, i.APIVersion, i.Resource
-		k.Subresource, k.Namespace, k.Name, k.Path = i.Subresource, i.Namespace, i.Name, x.path.String()
+		k.Subresource, k.Namespace, k.Name, k.Path = i.Subresource, i.Namespace, i.Name, x.adm.path.String()
 	}
 	ev.Kube = k
 	return ev
@@ -59,7 +59,7 @@ func (x *exchange) kubeEvent(groups []string, status int) audit.Event {
 
 // refuse answers the request itself, after its audit event.
 func (x *exchange) refuse(rf *refusal) {
-	ev := x.kubeEvent(x.grant.Groups, rf.code)
+	ev := x.kubeEvent(rf.code)
 	if rf.reason != "" {
 		ev = x.event()
 		ev.Type = audit.TypeAuthDenied
@@ -73,20 +73,20 @@ func (x *exchange) refuse(rf *refusal) {
 }
 
 // forward sends the request to the API server as the granted identity and
-// relays the response after its audit event. An upgrade (exec, attach,
-// port-forward) has its recording open and its session.start stored before
-// it goes upstream.
-func (x *exchange) forward(ctx context.Context, cancel context.CancelFunc, groups []string) {
+// relays the response after its audit event. A stream (exec, attach,
+// port-forward, watch, followed logs, proxy) has its session.start stored,
+// and exec and attach their recording open, before it goes upstream; its
+// one session.end follows when it ends.
+func (x *exchange) forward(ctx context.Context, cancel context.CancelFunc) {
 	h := x.h
-	info, err := kreq.Classify(x.req, x.path)
+	info, err := kreq.Classify(x.req, x.adm.path)
 	if err != nil {
 		x.refuse(&refusal{code: http.StatusBadRequest, msg: "cannot classify the request: " + err.Error()})
 		return
 	}
 	x.info = &info
-	st := sessions.Classify(x.req, info)
-	x.kind = st.Kind
-	live, err := h.track(ctx, x, st)
+	x.st = sessions.Classify(x.req, info)
+	live, err := h.track(ctx, x)
 	if err != nil {
 		x.refuse(&refusal{http.StatusForbidden, err.Error(), "session refused: " + err.Error()})
 		return
@@ -106,29 +106,35 @@ func (x *exchange) forward(ctx context.Context, cancel context.CancelFunc, group
 		x.refuse(&refusal{code: http.StatusServiceUnavailable, msg: "the Limen worker cannot read its ServiceAccount token; ask your operator"})
 		return
 	}
+	g := x.adm.grant
 	out := x.outbound(ctx)
-	if err := kreq.Impersonate(out.Header, x.grant.Principal.Name, groups, x.grant.SessionID); err != nil {
+	if err := kreq.Impersonate(out.Header, g.Principal.Name, x.adm.groups, g.SessionID); err != nil {
 		x.refuse(&refusal{http.StatusForbidden, "Limen refuses to impersonate: " + err.Error(), "impersonation: " + err.Error()})
 		return
 	}
 	out.Header.Set("Authorization", "Bearer "+token)
-	rt := h.Transport
-	var conn gotConn
+	upgrade := out.Header.Get("Upgrade") != ""
 	var s *session
-	if out.Header.Get("Upgrade") != "" {
-		offerDecodable(out.Header) // stream.go
+	if upgrade || x.st.Kind != sessions.KindNone {
 		var rf *refusal
-		if s, rf = x.openSession(ctx, info); rf != nil {
+		if s, rf = x.openSession(ctx, upgrade); rf != nil {
 			x.refuse(rf) // the API server never sees the request
 			return
 		}
+		out.Body = s.countIn(out.Body)
+	}
+	rt := h.Transport
+	var conn gotConn
+	if upgrade {
+		offerDecodable(out.Header) // stream.go
 		rt = h.upgradeTransport()
 		out = conn.trace(out)
 	}
 	resp, err := rt.RoundTrip(out)
 	if err != nil {
 		if s != nil {
-			s.finish(ctx, outsideEnd(ctx, audit.EndUpstreamReset), fmt.Errorf("request to the API server: %w", err))
+			err := fmt.Errorf("request to the API server: %w", err)
+			s.finish(ctx, outsideEnd(ctx, audit.EndUpstreamReset), err)
 		}
 		if ctx.Err() != nil {
 			return // the proxy closed the stream
@@ -138,22 +144,29 @@ func (x *exchange) forward(ctx context.Context, cancel context.CancelFunc, group
 		return
 	}
 	defer resp.Body.Close()
-	ev := x.kubeEvent(groups, resp.StatusCode)
+	ev := x.kubeEvent(resp.StatusCode)
 	switch {
-	case resp.StatusCode == http.StatusSwitchingProtocols && s != nil:
-		x.upgrade(ctx, resp, conn.get(), s, ev) // stream.go: decode, record, audit the session
+	case resp.StatusCode == http.StatusSwitchingProtocols && upgrade:
+		x.upgrade(ctx, resp, conn.get(), s, ev) // stream.go: decode, record, relay, end the session
 		return
 	case resp.StatusCode == http.StatusSwitchingProtocols:
+		if s != nil {
+			s.finish(ctx, audit.EndError, errors.New("the API server switched protocols for a request that asked for no upgrade"))
+		}
 		x.refuseUpgrade(ev, http.StatusBadGateway, "the API server switched protocols for a request that asked for no upgrade")
 		return
-	case s != nil:
+	case upgrade:
 		// The API server refused the upgrade (no such pod, RBAC): the
 		// session never started, and its answer is relayed as it is.
 		s.finish(ctx, audit.EndNotStarted, fmt.Errorf("the API server answered %s", resp.Status))
+		s = nil
 	}
 	// The event goes ahead of the response: the proxy stores it before it
 	// relays a byte.
 	if err := audit.WriteEvent(x.stream, ev); err != nil {
+		if s != nil {
+			s.finish(ctx, audit.EndTunnelClosed, fmt.Errorf("write kube.request to the proxy: %w", err))
+		}
 		return
 	}
 	// The request body is consumed: a read now returns only when the proxy
@@ -162,22 +175,67 @@ func (x *exchange) forward(ctx context.Context, cancel context.CancelFunc, group
 		_, _ = x.br.ReadByte()
 		cancel()
 	}()
-	if err := writeResponse(x.stream, x.req.Method, resp); err != nil && ctx.Err() == nil {
+	w := &countWriter{w: x.stream}
+	if s != nil {
+		w.n = &s.out
+	}
+	err = writeResponse(w, x.req.Method, resp)
+	if err != nil && ctx.Err() == nil {
 		h.Logger.Debug("relay response", "err", err)
+	}
+	if s != nil {
+		s.finish(ctx, responseEnd(ctx, w, err), err)
 	}
 }
 
-// outsideEnd is the reason a session ended from outside the relay (a lock,
-// a kill, the grant's expiry, the tunnel), or otherwise when ctx is live.
+// responseEnd says how a relayed response ended (audit.End…), from the
+// error that ended it.
+func responseEnd(ctx context.Context, w *countWriter, err error) string {
+	switch {
+	case err == nil:
+		return audit.EndCompleted
+	case ctx.Err() != nil:
+		return outsideEnd(ctx, audit.EndClientClosed)
+	case w.err != nil:
+		return audit.EndClientClosed
+	}
+	return audit.EndUpstreamReset
+}
+
+// outsideEnd is the reason a stream ended from outside the relay — a lock,
+// a kill, the grant's expiry, the proxy closing the stream, the tunnel
+// going away — or otherwise while ctx is live.
 func outsideEnd(ctx context.Context, otherwise string) string {
 	if ctx.Err() == nil {
 		return otherwise
 	}
 	var ended *sessions.Ended
-	if errors.As(context.Cause(ctx), &ended) {
+	switch cause := context.Cause(ctx); {
+	case errors.As(cause, &ended):
 		return string(ended.Reason)
+	case errors.Is(cause, tunnel.ErrTunnelClosed):
+		return audit.EndTunnelClosed
 	}
-	return audit.EndTunnelClosed
+	return audit.EndClientClosed
+}
+
+// countWriter counts the bytes written to the client and keeps the error
+// of a failed write, which tells a client gone from an API server gone.
+type countWriter struct {
+	w   io.Writer
+	n   *atomic.Int64 // nil: not counted
+	err error
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	if c.n != nil {
+		c.n.Add(int64(n))
+	}
+	if err != nil && c.err == nil {
+		c.err = err
+	}
+	return n, err
 }
 
 // gotConn learns the connection an upgrade request went out on: the
@@ -210,7 +268,7 @@ func (x *exchange) outbound(ctx context.Context) *http.Request {
 	out := x.req.Clone(ctx)
 	out.RequestURI = ""
 	u := *x.h.Upstream
-	x.path.SetURL(&u)
+	x.adm.path.SetURL(&u)
 	u.RawQuery = x.req.URL.RawQuery
 	out.URL, out.Host = &u, u.Host
 	upgrade := x.req.Header.Get("Upgrade")
@@ -301,12 +359,13 @@ func writeStatusResponse(w io.Writer, code int, msg string) error {
 // lock or kill pushed by the proxy, or the grant's expiry, ends it on this
 // hop too. A stream (sessions.Classify) is listed as a session; every other
 // response is only guarded.
-func (h *Handler) track(ctx context.Context, x *exchange, st sessions.Stream) (*sessions.Live, error) {
+func (h *Handler) track(ctx context.Context, x *exchange) (*sessions.Live, error) {
 	if h.Sessions == nil {
 		return nil, nil
 	}
+	g := x.adm.grant
 	return h.Sessions.Track(ctx, sessions.Session{
-		ID: x.grant.SessionID, Principal: x.grant.Principal, Cluster: h.Cluster.Name,
-		Kind: st.Kind, Target: st.Target, Expires: x.grant.ExpiresAt,
+		ID: g.SessionID, Principal: g.Principal, Cluster: h.Cluster.Name,
+		Kind: x.st.Kind, Target: x.st.Target, Expires: g.ExpiresAt,
 	})
 }

@@ -67,7 +67,7 @@ func (s *session) endReason(ctx context.Context, res relay.Result) (string, erro
 		if errors.As(context.Cause(ctx), &ended) {
 			return string(ended.Reason), nil
 		}
-		return audit.EndTunnelClosed, context.Cause(ctx)
+		return outsideEnd(ctx, audit.EndTunnelClosed), context.Cause(ctx)
 	case s.serverEnd == audit.EndCompleted:
 		return audit.EndCompleted, nil
 	case s.clientEnded:
@@ -118,7 +118,7 @@ func (s *session) clientFlow(dst io.Writer, src io.Reader) error {
 			}
 			s.mu.Unlock()
 			if err := dec.Close(); err != nil && rerr == io.EOF {
-				s.x.h.Logger.Debug("client stream ended inside a frame", "session", s.x.grant.SessionID, "err", err)
+				s.x.h.Logger.Debug("client stream ended inside a frame", "session", s.x.adm.grant.SessionID, "err", err)
 			}
 			if rerr == io.EOF {
 				return nil

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -16,7 +17,6 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/limenhq/limen/gateway/audit"
-	"github.com/limenhq/limen/gateway/kreq"
 	"github.com/limenhq/limen/gateway/recording"
 	"github.com/limenhq/limen/gateway/sessions"
 	"github.com/limenhq/limen/gateway/stream"
@@ -47,13 +47,15 @@ func offerDecodable(h http.Header) {
 	}
 }
 
-// session is one upgraded stream being relayed.
+// session is one stream's audited life: its session.start, stored before
+// the request goes upstream, its recording (exec, attach), and its one
+// session.end. An upgraded stream also keeps its relay's state here.
 type session struct {
 	x     *exchange
 	login string
 	body  audit.Session
 	tap   *tap
-	file  *recording.File // nil for port-forward
+	file  *recording.File // nil but for exec and attach
 	start time.Time
 	in    atomic.Int64 // client → server bytes
 	out   atomic.Int64 // server → client bytes
@@ -87,7 +89,7 @@ func (x *exchange) upgrade(ctx context.Context, resp *http.Response, conn net.Co
 	up := upstream{ReadWriteCloser: body, conn: conn}
 	pair, err := decode.ForResponse(resp.Header, s.tap)
 	if err != nil {
-		h.Logger.Warn("undecodable stream refused", "session", x.grant.SessionID, "err", err)
+		h.Logger.Warn("undecodable stream refused", "session", x.adm.grant.SessionID, "err", err)
 		_ = up.Close()
 		s.finish(ctx, audit.EndDecodeFailed, err)
 		x.refuseUpgrade(ev, http.StatusBadGateway, "Limen cannot decode the protocol the API server chose, so it ends the stream: "+err.Error())
@@ -116,27 +118,33 @@ func (x *exchange) refuseUpgrade(ev audit.Event, code int, msg string) {
 	_ = writeStatusResponse(x.stream, code, msg)
 }
 
-// openSession opens an upgrade's session before the request goes upstream:
-// the kind must be one Limen relays, the recording (exec, attach) must be
-// open in the spool, and session.start must be stored. A refusal means the
-// API server never sees the request, so nothing starts unrecorded or
-// unaudited.
-func (x *exchange) openSession(ctx context.Context, info kreq.Info) (*session, *refusal) {
+// openSession opens a stream's session before the request goes upstream:
+// an upgrade must be one Limen relays (exec, attach, port-forward), exec
+// and attach must have their recording open in the spool, and session.start
+// must be stored. A refusal means the API server never sees the request,
+// so nothing starts unrecorded or unaudited.
+func (x *exchange) openSession(ctx context.Context, upgrade bool) (*session, *refusal) {
 	h := x.h
-	if x.kind != sessions.KindExec && x.kind != sessions.KindAttach && x.kind != sessions.KindPortForward {
+	kind := x.st.Kind
+	recorded := kind == sessions.KindExec || kind == sessions.KindAttach
+	if upgrade && !recorded && kind != sessions.KindPortForward {
 		return nil, &refusal{code: http.StatusBadRequest,
 			msg: "Limen relays upgraded connections only for pods/exec, pods/attach and pods/portforward"}
 	}
-	login := string(x.kind)
 	if h.Events == nil {
 		return nil, &refusal{code: http.StatusServiceUnavailable,
 			msg: "this Limen worker cannot audit sessions (no event channel to the proxy); ask your operator"}
 	}
-	q := x.req.URL.Query()
-	s := &session{x: x, login: login, start: h.Now(), tap: &tap{ports: map[string]bool{}}}
-	s.body = audit.Session{Kind: sessions.AuditKind, Login: login, Namespace: info.Namespace, Pod: info.Name,
-		Container: q.Get("container")}
-	if x.kind == sessions.KindPortForward {
+	info, g, q := x.info, x.adm.grant, x.req.URL.Query()
+	s := &session{x: x, login: string(kind), start: h.Now(), tap: &tap{ports: map[string]bool{}}}
+	s.body = audit.Session{Kind: sessions.AuditKind, Login: s.login, Namespace: info.Namespace, Target: x.st.Target}
+	if info.Resource == "pods" {
+		s.body.Pod = info.Name
+	}
+	switch kind {
+	case sessions.KindExec, sessions.KindAttach:
+		s.body.Container, s.body.Command = q.Get("container"), q["command"]
+	case sessions.KindPortForward:
 		for _, v := range q["ports"] {
 			for _, p := range strings.Split(v, ",") {
 				if p = strings.TrimSpace(p); p != "" {
@@ -144,27 +152,28 @@ func (x *exchange) openSession(ctx context.Context, info kreq.Info) (*session, *
 				}
 			}
 		}
-	} else {
-		s.body.Command = q["command"]
+		s.body.Ports, _ = s.tap.summary()
+	}
+	if recorded {
 		if h.Spool == nil {
 			return nil, &refusal{code: http.StatusServiceUnavailable,
 				msg: "this Limen worker has no recording spool, so it refuses exec and attach; ask your operator"}
 		}
-		f, err := h.Spool.Create(x.grant.SessionID)
+		f, err := h.Spool.Create(g.SessionID)
 		if err != nil {
-			h.Logger.Error("open recording; session refused", "session", x.grant.SessionID, "err", err)
+			h.Logger.Error("open recording; session refused", "session", g.SessionID, "err", err)
 			return nil, &refusal{code: http.StatusServiceUnavailable,
 				msg: "Limen cannot record the session, so it did not start it; ask your operator to check the worker's recording spool"}
 		}
 		s.file = f
 		s.tap.rec = recording.NewWriter(f, recording.Meta{
 			Cluster: h.Cluster.Name, Namespace: info.Namespace, Pod: info.Name, Container: s.body.Container,
-			User: x.grant.Principal.Name, Session: x.grant.SessionID, Command: strings.Join(s.body.Command, " "),
+			User: g.Principal.Name, Session: g.SessionID, Command: strings.Join(s.body.Command, " "),
 			Start: s.start,
 		})
 	}
 	if err := s.emit(ctx, audit.TypeSessionStart, s.body); err != nil {
-		h.Logger.Error("session.start not stored; session refused", "session", x.grant.SessionID, "err", err)
+		h.Logger.Error("session.start not stored; session refused", "session", g.SessionID, "err", err)
 		s.discard()
 		return nil, &refusal{code: http.StatusServiceUnavailable,
 			msg: "Limen's audit trail is unavailable, so the session was not started; try again later"}
@@ -172,15 +181,33 @@ func (x *exchange) openSession(ctx context.Context, info kreq.Info) (*session, *
 	return s, nil
 }
 
+// countIn counts the request body's bytes as the client's.
+func (s *session) countIn(body io.ReadCloser) io.ReadCloser {
+	if body == nil || body == http.NoBody {
+		return body
+	}
+	return &countReader{ReadCloser: body, n: &s.in}
+}
+
+type countReader struct {
+	io.ReadCloser
+	n *atomic.Int64
+}
+
+func (c *countReader) Read(p []byte) (int, error) {
+	n, err := c.ReadCloser.Read(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
 // emit delivers a session event to the proxy's audit store and waits until
-// it is stored.
+// it is stored. Its groups are the groups impersonated.
 func (s *session) emit(ctx context.Context, typ audit.Type, body audit.Session) error {
-	x := s.x
-	ev := x.event()
-	ev.Type, ev.Groups, ev.Session = typ, x.grant.Groups, &body
+	ev := s.x.event()
+	ev.Type, ev.Session = typ, &body
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), eventTimeout)
 	defer cancel()
-	return x.h.Events(ctx, ev)
+	return s.x.h.Events(ctx, ev)
 }
 
 // discard drops the recording of a session that never relayed a byte.
@@ -189,21 +216,35 @@ func (s *session) discard() {
 		return
 	}
 	if err := s.file.Discard(); err != nil {
-		s.x.h.Logger.Warn("discard unused recording", "session", s.x.grant.SessionID, "err", err)
+		s.x.h.Logger.Warn("discard unused recording", "session", s.x.adm.grant.SessionID, "err", err)
 	}
 }
 
+// maxEndDetail bounds session.end's end_detail.
+const maxEndDetail = 512
+
 // finish ends the session: it commits the recording (or discards it, if
-// the relay never started) and emits session.end, which says how the
-// stream ended (reason, one of audit.End…).
-func (s *session) finish(ctx context.Context, reason string, relayErr error) {
+// the relay never started) and emits the session's one session.end, which
+// says how the stream ended (reason, one of audit.End…) and why (the lock,
+// the error behind it). The proxy adds its own reason if it ended the
+// session first (proxy.Kube.SessionEvent).
+func (s *session) finish(ctx context.Context, reason string, err error) {
 	h := s.x.h
-	log := h.Logger.With("session", s.x.grant.SessionID, "login", s.login)
-	if relayErr != nil || reason != audit.EndCompleted {
-		log.Warn("stream ended", "end_reason", reason, "bytes_in", s.in.Load(), "bytes_out", s.out.Load(), "err", relayErr)
+	log := h.Logger.With("session", s.x.adm.grant.SessionID, "login", s.login)
+	if err != nil || reason != audit.EndCompleted {
+		log.Warn("stream ended", "end_reason", reason, "bytes_in", s.in.Load(), "bytes_out", s.out.Load(), "err", err)
 	}
 	end := s.body
-	end.EndReason = reason
+	end.EndReason, end.EndHop = reason, audit.HopWorker
+	var ended *sessions.Ended
+	if ctx.Err() != nil && errors.As(context.Cause(ctx), &ended) && ended.Detail() != "" {
+		end.EndDetail = ended.Detail()
+	} else if err != nil {
+		end.EndDetail = err.Error()
+	}
+	if len(end.EndDetail) > maxEndDetail {
+		end.EndDetail = end.EndDetail[:maxEndDetail] + "…"
+	}
 	end.Duration = h.Now().Sub(s.start)
 	end.BytesIn, end.BytesOut = s.in.Load(), s.out.Load()
 	end.Ports, end.ExitCode = s.tap.summary()

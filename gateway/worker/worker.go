@@ -105,48 +105,63 @@ func (h *Handler) ServeStream(ctx context.Context, stream net.Conn) {
 	req = req.WithContext(ctx)
 
 	x := &exchange{h: h, stream: stream, br: br, req: req, start: start}
-	g, path, groups, rf := h.admit(ctx, token, req)
-	x.grant, x.path = g, path
+	adm, rf := h.admit(ctx, token, req)
+	x.adm = adm
 	if rf != nil {
 		x.refuse(rf)
 		return
 	}
-	x.forward(ctx, cancel, groups)
+	x.forward(ctx, cancel)
 }
 
-// admit runs every check before forwarding: grant, path, policy re-check,
-// header sanitizing and the upstream token.
-func (h *Handler) admit(ctx context.Context, token []byte, req *http.Request) (grant.Grant, kpath.Path, []string, *refusal) {
+// admission is what admit decided. Every later step reads it, so none
+// reaches back for an earlier, different copy: the groups impersonated are
+// the groups audited.
+type admission struct {
+	grant grant.Grant
+	path  kpath.Path // the canonical path below the cluster, as forwarded
+	// groups are the granted groups the worker's policy still allows: the
+	// groups impersonated and the groups in every event. Nil until the
+	// re-check ran.
+	groups []string
+}
+
+// admit runs every check before forwarding: grant, lock, path and the
+// policy re-check. Client identity headers are deleted first.
+func (h *Handler) admit(ctx context.Context, token []byte, req *http.Request) (admission, *refusal) {
+	var adm admission
 	// Identity headers go before anything else reads the request.
 	kreq.StripIdentity(req.Header)
 	g, err := grant.Verify(h.GrantKey, token, h.Cluster.Name, h.Now())
+	adm.grant = g
 	if err != nil {
 		if errors.Is(err, grant.ErrWrongCluster) {
 			// The proxy routed to a worker that does not serve the cluster:
 			// an operator problem, not a verdict on the user.
-			return g, kpath.Path{}, nil, &refusal{http.StatusServiceUnavailable,
+			return adm, &refusal{http.StatusServiceUnavailable,
 				"this Limen worker does not serve the requested cluster", "grant for another cluster: " + err.Error()}
 		}
-		return g, kpath.Path{}, nil, &refusal{http.StatusForbidden, "Limen grant refused: " + err.Error(), "grant: " + err.Error()}
+		return adm, &refusal{http.StatusForbidden, "Limen grant refused: " + err.Error(), "grant: " + err.Error()}
 	}
 	if h.Locks != nil {
 		if err := h.Locks.Check(g.Principal, h.Now()); err != nil {
-			return g, kpath.Path{}, nil, &refusal{http.StatusForbidden, err.Error(), "locked: " + err.Error()}
+			return adm, &refusal{http.StatusForbidden, err.Error(), "locked: " + err.Error()}
 		}
 	}
 	rawPath, _, _ := strings.Cut(req.RequestURI, "?")
-	path, err := kpath.Parse(rawPath)
+	adm.path, err = kpath.Parse(rawPath)
 	if err != nil {
-		return g, path, nil, &refusal{http.StatusBadRequest, "the request path is not canonical: " + err.Error(), ""}
+		return adm, &refusal{http.StatusBadRequest, "the request path is not canonical: " + err.Error(), ""}
 	}
 	allowed, _, err := h.Policy.AllowGroups(ctx, g.Principal, h.Cluster, g.Groups)
 	if err != nil {
-		return g, path, nil, &refusal{http.StatusServiceUnavailable, "the Limen worker's policy is unavailable", ""}
+		return adm, &refusal{http.StatusServiceUnavailable, "the Limen worker's policy is unavailable", ""}
 	}
 	if len(allowed) == 0 {
-		return g, path, nil, &refusal{http.StatusForbidden,
+		return adm, &refusal{http.StatusForbidden,
 			fmt.Sprintf("the worker's policy allows %s none of the granted groups on %q", g.Principal.Name, h.Cluster.Name),
 			"worker policy allows none of " + strings.Join(g.Groups, ",")}
 	}
-	return g, path, allowed, nil
+	adm.groups = allowed
+	return adm, nil
 }

@@ -117,6 +117,8 @@ func newHops(t *testing.T) *hops {
 		Cluster: demo, GrantKey: pub, Policy: pol, Upstream: upstream, Transport: rt,
 		Token: (&worker.TokenFile{Path: e.TokenFile}).Token, Logger: slog.New(slog.DiscardHandler), Now: time.Now,
 	}
+	// Session events reach the proxy as the control stream brings them.
+	h.worker.Events = func(ctx context.Context, ev audit.Event) error { return h.kube.SessionEvent(ctx, demo.Name, ev) }
 	h.opener = &pipeOpener{worker: func() *worker.Handler { return h.worker }}
 	h.kube = &proxy.Kube{
 		Authenticate: func(*http.Request) (identity.Principal, time.Time, error) {
@@ -134,9 +136,8 @@ func newHops(t *testing.T) *hops {
 }
 
 // recordStreams lets the worker relay exec, attach and port-forward as the
-// limen worker does: a spool of its own, session events stored in the
-// proxy's audit store (the control stream does no more), HTTP/1.1 for
-// upgrades. It returns a kubeconfig for the hops.
+// limen worker does: a spool of its own and HTTP/1.1 for upgrades. It
+// returns a kubeconfig for the hops.
 func (h *hops) recordStreams(t *testing.T) string {
 	t.Helper()
 	c := clustertest.Cluster(t)
@@ -145,7 +146,6 @@ func (h *hops) recordStreams(t *testing.T) string {
 		t.Fatal(err)
 	}
 	h.worker.Spool = spool
-	h.worker.Events = h.store.Emit
 	if h.worker.Upgrades, err = worker.UpgradeTransport(c.CAFile); err != nil {
 		t.Fatal(err)
 	}

@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
+	"github.com/limenhq/limen/gateway/audit"
 	"github.com/limenhq/limen/gateway/sessions"
 	"github.com/limenhq/limen/test/cluster/clustertest"
 )
@@ -64,25 +65,27 @@ func openStream(t *testing.T, kubeconfig string, args ...string) (*exec.Cmd, <-c
 }
 
 // waitOpen gives kubectl time to open its stream through both hops: it
-// polls `limen sessions ls` until the session is listed live.
-func waitOpen(t *testing.T, kind string, n int) {
+// polls `limen sessions ls` until the session is listed live, and returns
+// the IDs of the live sessions of that kind.
+func waitOpen(t *testing.T, kind string, n int) []string {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for time.Now().Before(deadline) {
 		var list []sessions.Info
 		_ = json.Unmarshal([]byte(admin(t, "sessions", "ls", "--json")), &list)
-		live := 0
+		var live []string
 		for _, i := range list {
 			if i.Live() && string(i.Kind) == kind {
-				live++
+				live = append(live, i.ID)
 			}
 		}
-		if live >= n {
-			return
+		if len(live) >= n {
+			return live
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Fatalf("no live %s session listed within 15s:\n%s", kind, admin(t, "sessions", "ls"))
+	return nil
 }
 
 func TestLockEndsOpenStreams(t *testing.T) {
@@ -119,7 +122,7 @@ func TestLockEndsOpenStreams(t *testing.T) {
 			var lat []time.Duration
 			for i := range lockRuns {
 				done := k.open()
-				waitOpen(t, string(k.kind), 1)
+				ids := waitOpen(t, string(k.kind), 1)
 				start := time.Now()
 				admin(t, "lock", "alice", "--reason", "incident 42")
 				select {
@@ -127,6 +130,14 @@ func TestLockEndsOpenStreams(t *testing.T) {
 					lat = append(lat, time.Since(start))
 				case <-time.After(5 * time.Second):
 					t.Fatalf("run %d: %s stream still open 5s after the lock", i, k.name)
+				}
+				// One session, one story: whichever hop the lock reached
+				// first, the one session.end says locked, and why.
+				s := auditStory(t, ids[0])
+				s.check(t, k.kind, nil)
+				if end := s.end(); end.EndReason != audit.EndLocked || !strings.Contains(end.EndDetail, "incident 42") {
+					t.Fatalf("run %d: session.end says %q by the %s (%q), want locked with the lock's reason",
+						i, end.EndReason, end.EndHop, end.EndDetail)
 				}
 				_, stderr, code := kubectl(t, kc, "", "-n", ns, "get", "configmaps")
 				if code == 0 || !strings.Contains(stderr, "incident 42") {
