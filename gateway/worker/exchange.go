@@ -5,15 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
-	"net/http/httptrace"
-	"net/http/httputil"
-	"strconv"
-	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/limenhq/limen/gateway/audit"
@@ -22,18 +15,27 @@ import (
 	"github.com/limenhq/limen/gateway/tunnel"
 )
 
-// exchange is one request on one stream.
+// exchange is one request on one stream, as the steps of ServeStream fill
+// it in.
 type exchange struct {
 	h      *Handler
 	stream net.Conn
 	br     *bufio.Reader
 	req    *http.Request
 	start  time.Time
-	adm    admission
-	info   *kreq.Info      // the request's classification, once made
-	st     sessions.Stream // what the request opens (sessions.Classify)
+
+	adm  admission       // admit
+	info *kreq.Info      // classify; nil before
+	st   sessions.Stream // classify: what the request opens
+	// upgrading is set by classify for a request that asks for a protocol
+	// upgrade (exec, attach, port-forward); conn learns the API server
+	// connection it goes out on.
+	upgrading bool
+	conn      gotConn
 }
 
+// event is the audit event every later one starts from: who, as which
+// groups (the groups impersonated, nil before the re-check), where.
 func (x *exchange) event() audit.Event {
 	g := x.adm.grant
 	return audit.Event{
@@ -57,7 +59,8 @@ func (x *exchange) kubeEvent(status int) audit.Event {
 	return ev
 }
 
-// refuse answers the request itself, after its audit event.
+// refuse answers the request itself, after its audit event: auth.denied
+// for a denial, kube.request otherwise.
 func (x *exchange) refuse(rf *refusal) {
 	ev := x.kubeEvent(rf.code)
 	if rf.reason != "" {
@@ -72,101 +75,137 @@ func (x *exchange) refuse(rf *refusal) {
 	_ = writeStatusResponse(x.stream, rf.code, rf.msg)
 }
 
-// forward sends the request to the API server as the granted identity and
-// relays the response after its audit event. A stream (exec, attach,
-// port-forward, watch, followed logs, proxy) has its session.start stored,
-// and exec and attach their recording open, before it goes upstream; its
-// one session.end follows when it ends.
-func (x *exchange) forward(ctx context.Context, cancel context.CancelFunc) {
-	h := x.h
+// classify decides what the request is, as the API server will (verb,
+// resource, …), and what it opens (sessions.Classify).
+func (x *exchange) classify() *refusal {
 	info, err := kreq.Classify(x.req, x.adm.path)
 	if err != nil {
-		x.refuse(&refusal{code: http.StatusBadRequest, msg: "cannot classify the request: " + err.Error()})
-		return
+		return &refusal{code: http.StatusBadRequest, msg: "cannot classify the request: " + err.Error()}
 	}
 	x.info = &info
 	x.st = sessions.Classify(x.req, info)
-	live, err := h.track(ctx, x)
+	x.upgrading = x.req.Header.Get("Upgrade") != ""
+	return nil
+}
+
+// track puts the response under the worker's session watchdog, so that a
+// lock or kill pushed by the proxy, or the grant's expiry, ends it on this
+// hop too: the returned context ends then, and the tunnel stream is closed.
+// A stream (sessions.Classify) is listed as a session; every other response
+// is only guarded. untrack releases it once the response is done.
+func (x *exchange) track(ctx context.Context) (_ context.Context, untrack func(), _ *refusal) {
+	h, g := x.h, x.adm.grant
+	if h.Sessions == nil {
+		return ctx, func() {}, nil
+	}
+	live, err := h.Sessions.Track(ctx, sessions.Session{
+		ID: g.SessionID, Principal: g.Principal, Cluster: h.Cluster.Name,
+		Kind: x.st.Kind, Target: x.st.Target, Expires: g.ExpiresAt,
+	})
 	if err != nil {
-		x.refuse(&refusal{http.StatusForbidden, err.Error(), "session refused: " + err.Error()})
-		return
+		return ctx, nil, &refusal{http.StatusForbidden, err.Error(), "session refused: " + err.Error()}
 	}
-	if live != nil {
-		// Lock, kill or grant expiry ends the response at once, idle or
-		// not, whatever its kind: the upstream request is cancelled and the
-		// tunnel stream closed.
-		defer live.End(sessions.ReasonCompleted)
-		ctx = live.Context()
-		stop := context.AfterFunc(ctx, func() { x.stream.Close() })
-		defer stop() // before End: a response that completes keeps its stream
-	}
+	// Idle or not, whatever its kind, the response ends at once: the
+	// upstream request is cancelled and the tunnel stream closed.
+	stop := context.AfterFunc(live.Context(), func() { x.stream.Close() })
+	return live.Context(), func() {
+		stop() // first: a response that completes keeps its stream
+		live.End(sessions.ReasonCompleted)
+	}, nil
+}
+
+// impersonate builds the request to the API server as the admitted
+// identity: client identity headers are gone (admit), Impersonate-User,
+// one Impersonate-Group per admitted group and the session as an extra are
+// set, and the worker's own ServiceAccount token authenticates it.
+func (x *exchange) impersonate(ctx context.Context) (*http.Request, *refusal) {
+	h, g := x.h, x.adm.grant
 	token, err := h.Token()
 	if err != nil {
 		h.Logger.Error("service account token unavailable", "err", err)
-		x.refuse(&refusal{code: http.StatusServiceUnavailable, msg: "the Limen worker cannot read its ServiceAccount token; ask your operator"})
-		return
+		return nil, &refusal{code: http.StatusServiceUnavailable, msg: "the Limen worker cannot read its ServiceAccount token; ask your operator"}
 	}
-	g := x.adm.grant
 	out := x.outbound(ctx)
 	if err := kreq.Impersonate(out.Header, g.Principal.Name, x.adm.groups, g.SessionID); err != nil {
-		x.refuse(&refusal{http.StatusForbidden, "Limen refuses to impersonate: " + err.Error(), "impersonation: " + err.Error()})
-		return
+		return nil, &refusal{http.StatusForbidden, "Limen refuses to impersonate: " + err.Error(), "impersonation: " + err.Error()}
 	}
 	out.Header.Set("Authorization", "Bearer "+token)
-	upgrade := out.Header.Get("Upgrade") != ""
-	var s *session
-	if upgrade || x.st.Kind != sessions.KindNone {
-		var rf *refusal
-		if s, rf = x.openSession(ctx, upgrade); rf != nil {
-			x.refuse(rf) // the API server never sees the request
-			return
-		}
-		out.Body = s.countIn(out.Body)
+	if x.upgrading {
+		offerDecodable(out.Header)
+		out = x.conn.trace(out)
 	}
+	return out, nil
+}
+
+// outbound builds the request to the API server: the same method, canonical
+// path, query and headers (already stripped of client identity), minus
+// hop-by-hop headers.
+func (x *exchange) outbound(ctx context.Context) *http.Request {
+	out := x.req.Clone(ctx)
+	out.RequestURI = ""
+	u := *x.h.Upstream
+	x.adm.path.SetURL(&u)
+	u.RawQuery = x.req.URL.RawQuery
+	out.URL, out.Host = &u, u.Host
+	upgrade := x.req.Header.Get("Upgrade")
+	for _, name := range hopHeaders {
+		out.Header.Del(name)
+	}
+	if upgrade != "" {
+		out.Header.Set("Connection", "Upgrade")
+		out.Header.Set("Upgrade", upgrade)
+	}
+	return out
+}
+
+// roundTrip sends out to the API server and returns its response, or nil
+// once it has answered the request itself (the API server could not be
+// reached, or switched protocols unasked) or the proxy is gone. The
+// session s (nil for a request that opens none) ends here when the stream
+// never started: the request failed, or the API server refused the upgrade
+// (no such pod, RBAC), whose answer is then relayed as it is.
+func (x *exchange) roundTrip(ctx context.Context, out *http.Request, s *session) *http.Response {
+	h := x.h
 	rt := h.Transport
-	var conn gotConn
-	if upgrade {
-		offerDecodable(out.Header) // stream.go
+	if x.upgrading {
 		rt = h.upgradeTransport()
-		out = conn.trace(out)
+	}
+	if s != nil {
+		out.Body = s.countIn(out.Body)
 	}
 	resp, err := rt.RoundTrip(out)
 	if err != nil {
-		if s != nil {
-			err := fmt.Errorf("request to the API server: %w", err)
-			s.finish(ctx, outsideEnd(ctx, audit.EndUpstreamReset), err)
-		}
+		s.finish(ctx, outsideEnd(ctx, audit.EndUpstreamReset), fmt.Errorf("request to the API server: %w", err))
 		if ctx.Err() != nil {
-			return // the proxy closed the stream
+			return nil // the proxy closed the stream
 		}
 		h.Logger.Warn("forward to API server", "err", err)
 		x.refuse(&refusal{code: http.StatusBadGateway, msg: "the Limen worker could not reach the API server"})
-		return
+		return nil
 	}
-	defer resp.Body.Close()
-	ev := x.kubeEvent(resp.StatusCode)
+	switched := resp.StatusCode == http.StatusSwitchingProtocols
 	switch {
-	case resp.StatusCode == http.StatusSwitchingProtocols && upgrade:
-		x.upgrade(ctx, resp, conn.get(), s, ev) // stream.go: decode, record, relay, end the session
-		return
-	case resp.StatusCode == http.StatusSwitchingProtocols:
-		if s != nil {
-			s.finish(ctx, audit.EndError, errors.New("the API server switched protocols for a request that asked for no upgrade"))
-		}
-		x.refuseUpgrade(ev, http.StatusBadGateway, "the API server switched protocols for a request that asked for no upgrade")
-		return
-	case upgrade:
-		// The API server refused the upgrade (no such pod, RBAC): the
-		// session never started, and its answer is relayed as it is.
+	case switched && !x.upgrading:
+		resp.Body.Close()
+		const msg = "the API server switched protocols for a request that asked for no upgrade"
+		s.finish(ctx, audit.EndError, errors.New(msg))
+		x.refuseUpgrade(x.kubeEvent(resp.StatusCode), http.StatusBadGateway, msg)
+		return nil
+	case x.upgrading && !switched:
 		s.finish(ctx, audit.EndNotStarted, fmt.Errorf("the API server answered %s", resp.Status))
-		s = nil
+		x.upgrading = false // a plain response, relayed as it is
 	}
+	return resp
+}
+
+// respond relays a response that is not an upgrade, after its audit event
+// ev, chunk by chunk as it arrives, and ends the session s, if any, with
+// how the response ended.
+func (x *exchange) respond(ctx context.Context, cancel context.CancelFunc, resp *http.Response, s *session, ev audit.Event) {
 	// The event goes ahead of the response: the proxy stores it before it
 	// relays a byte.
 	if err := audit.WriteEvent(x.stream, ev); err != nil {
-		if s != nil {
-			s.finish(ctx, audit.EndTunnelClosed, fmt.Errorf("write kube.request to the proxy: %w", err))
-		}
+		s.finish(ctx, audit.EndTunnelClosed, fmt.Errorf("write kube.request to the proxy: %w", err))
 		return
 	}
 	// The request body is consumed: a read now returns only when the proxy
@@ -179,13 +218,11 @@ func (x *exchange) forward(ctx context.Context, cancel context.CancelFunc) {
 	if s != nil {
 		w.n = &s.out
 	}
-	err = writeResponse(w, x.req.Method, resp)
+	err := writeResponse(w, x.req.Method, resp)
 	if err != nil && ctx.Err() == nil {
-		h.Logger.Debug("relay response", "err", err)
+		x.h.Logger.Debug("relay response", "err", err)
 	}
-	if s != nil {
-		s.finish(ctx, responseEnd(ctx, w, err), err)
-	}
+	s.finish(ctx, responseEnd(ctx, w, err), err)
 }
 
 // responseEnd says how a relayed response ended (audit.End…), from the
@@ -217,155 +254,4 @@ func outsideEnd(ctx context.Context, otherwise string) string {
 		return audit.EndTunnelClosed
 	}
 	return audit.EndClientClosed
-}
-
-// countWriter counts the bytes written to the client and keeps the error
-// of a failed write, which tells a client gone from an API server gone.
-type countWriter struct {
-	w   io.Writer
-	n   *atomic.Int64 // nil: not counted
-	err error
-}
-
-func (c *countWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	if c.n != nil {
-		c.n.Add(int64(n))
-	}
-	if err != nil && c.err == nil {
-		c.err = err
-	}
-	return n, err
-}
-
-// gotConn learns the connection an upgrade request went out on: the
-// response body of a 101 hides it, and the relay needs it to half-close.
-type gotConn struct {
-	mu   sync.Mutex
-	conn net.Conn
-}
-
-func (g *gotConn) trace(r *http.Request) *http.Request {
-	return r.WithContext(httptrace.WithClientTrace(r.Context(), &httptrace.ClientTrace{
-		GotConn: func(i httptrace.GotConnInfo) {
-			g.mu.Lock()
-			g.conn = i.Conn
-			g.mu.Unlock()
-		},
-	}))
-}
-
-func (g *gotConn) get() net.Conn {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.conn
-}
-
-// outbound builds the request to the API server: the same method, canonical
-// path, query and headers (already stripped of client identity), minus
-// hop-by-hop headers.
-func (x *exchange) outbound(ctx context.Context) *http.Request {
-	out := x.req.Clone(ctx)
-	out.RequestURI = ""
-	u := *x.h.Upstream
-	x.adm.path.SetURL(&u)
-	u.RawQuery = x.req.URL.RawQuery
-	out.URL, out.Host = &u, u.Host
-	upgrade := x.req.Header.Get("Upgrade")
-	for _, name := range hopHeaders {
-		out.Header.Del(name)
-	}
-	if upgrade != "" {
-		out.Header.Set("Connection", "Upgrade")
-		out.Header.Set("Upgrade", upgrade)
-	}
-	return out
-}
-
-var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
-
-// writeResponse writes resp as HTTP/1.1, chunk by chunk as the body arrives,
-// so watches and followed logs reach the user at once.
-func writeResponse(w io.Writer, method string, resp *http.Response) error {
-	noBody := method == http.MethodHead || resp.StatusCode == http.StatusNoContent || resp.StatusCode == http.StatusNotModified
-	if noBody || resp.ContentLength >= 0 {
-		if err := writeHead(w, resp, resp.ContentLength, false); err != nil || noBody {
-			return err
-		}
-		_, err := io.Copy(w, resp.Body)
-		return err
-	}
-	if err := writeHead(w, resp, -1, false); err != nil {
-		return err
-	}
-	cw := httputil.NewChunkedWriter(w)
-	buf := make([]byte, 32<<10)
-	for {
-		n, rerr := resp.Body.Read(buf)
-		if n > 0 {
-			if _, err := cw.Write(buf[:n]); err != nil {
-				return err
-			}
-		}
-		if rerr == io.EOF {
-			break
-		}
-		if rerr != nil {
-			return rerr
-		}
-	}
-	if err := cw.Close(); err != nil {
-		return err
-	}
-	_, err := io.WriteString(w, "\r\n")
-	return err
-}
-
-func writeHead(w io.Writer, resp *http.Response, length int64, upgrade bool) error {
-	var b strings.Builder
-	fmt.Fprintf(&b, "HTTP/1.1 %03d %s\r\n", resp.StatusCode, http.StatusText(resp.StatusCode))
-	h := resp.Header.Clone()
-	for _, name := range hopHeaders {
-		h.Del(name)
-	}
-	h.Del("Content-Length")
-	switch {
-	case upgrade:
-		h.Set("Connection", "Upgrade")
-		h.Set("Upgrade", resp.Header.Get("Upgrade"))
-	case length >= 0:
-		h.Set("Content-Length", strconv.FormatInt(length, 10))
-	default:
-		h.Set("Transfer-Encoding", "chunked")
-	}
-	_ = h.Write(&b)
-	b.WriteString("\r\n")
-	_, err := io.WriteString(w, b.String())
-	return err
-}
-
-// writeStatusResponse writes a complete response carrying a Kubernetes
-// Status, as the API server words its own errors.
-func writeStatusResponse(w io.Writer, code int, msg string) error {
-	h, body := kreq.Refusal(code, msg)
-	if err := writeHead(w, &http.Response{StatusCode: code, Header: h}, int64(len(body)), false); err != nil {
-		return err
-	}
-	_, err := w.Write(body)
-	return err
-}
-
-// track puts the response under the worker's session watchdog, so that a
-// lock or kill pushed by the proxy, or the grant's expiry, ends it on this
-// hop too. A stream (sessions.Classify) is listed as a session; every other
-// response is only guarded.
-func (h *Handler) track(ctx context.Context, x *exchange) (*sessions.Live, error) {
-	if h.Sessions == nil {
-		return nil, nil
-	}
-	g := x.adm.grant
-	return h.Sessions.Track(ctx, sessions.Session{
-		ID: g.SessionID, Principal: g.Principal, Cluster: h.Cluster.Name,
-		Kind: x.st.Kind, Target: x.st.Target, Expires: g.ExpiresAt,
-	})
 }

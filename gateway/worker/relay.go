@@ -6,11 +6,17 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
 	"syscall"
 
 	"github.com/limenhq/limen/gateway/audit"
+	"github.com/limenhq/limen/gateway/recording"
 	"github.com/limenhq/limen/gateway/relay"
 	"github.com/limenhq/limen/gateway/sessions"
+	"github.com/limenhq/limen/gateway/stream"
 	"github.com/limenhq/limen/gateway/stream/decode"
 )
 
@@ -268,3 +274,163 @@ func brokeHow(err error) string {
 	}
 	return "failed"
 }
+
+// upgrade relays a 101 response for the session opened before the request
+// went upstream: it picks the decoders for the agreed protocol, then writes
+// the kube.request event and relays both directions through the decoders.
+// A protocol it cannot decode ends the session and answers the request
+// instead.
+func (x *exchange) upgrade(ctx context.Context, resp *http.Response, s *session, ev audit.Event) {
+	h := x.h
+	body, ok := resp.Body.(io.ReadWriteCloser)
+	if !ok {
+		s.finish(ctx, audit.EndError, fmt.Errorf("the API server switched protocols without a connection"))
+		x.refuseUpgrade(ev, http.StatusBadGateway, "the API server switched protocols without a connection")
+		return
+	}
+	up := upstream{ReadWriteCloser: body, conn: x.conn.get()}
+	pair, err := decode.ForResponse(resp.Header, s.tap)
+	if err != nil {
+		h.Logger.Warn("undecodable stream refused", "session", x.adm.grant.SessionID, "err", err)
+		_ = up.Close()
+		s.finish(ctx, audit.EndDecodeFailed, err)
+		x.refuseUpgrade(ev, http.StatusBadGateway, "Limen cannot decode the protocol the API server chose, so it ends the stream: "+err.Error())
+		return
+	}
+	s.relayed = true
+	if err := audit.WriteEvent(x.stream, ev); err != nil {
+		s.finish(ctx, audit.EndTunnelClosed, fmt.Errorf("write kube.request to the proxy: %w", err))
+		return
+	}
+	if err := writeHead(x.stream, resp, -1, true); err != nil {
+		s.finish(ctx, audit.EndTunnelClosed, fmt.Errorf("write the 101 response to the proxy: %w", err))
+		return
+	}
+	reason, err := s.relay(ctx, up, pair)
+	s.finish(ctx, reason, err)
+}
+
+// refuseUpgrade answers an upgrade the worker will not relay, after its
+// audit event, which keeps the API server's status: the user is told code,
+// the audit what happened upstream.
+func (x *exchange) refuseUpgrade(ev audit.Event, code int, msg string) {
+	if err := audit.WriteEvent(x.stream, ev); err != nil {
+		return
+	}
+	_ = writeStatusResponse(x.stream, code, msg)
+}
+
+// tap is the stream.Handler both decoders report to: it forwards to the
+// recording (exec, attach) and keeps what session.end reports.
+type tap struct {
+	rec *recording.Writer
+
+	mu    sync.Mutex
+	ports map[string]bool
+	exit  *int
+}
+
+func (t *tap) next() stream.Handler {
+	if t.rec == nil {
+		return stream.NopHandler{}
+	}
+	return recorder{t.rec}
+}
+
+// recorder marks the recording's errors, so that session.end can tell a
+// recording failure from a stream that could not be decoded.
+type recorder struct{ h stream.Handler }
+
+func (r recorder) Stdin(n int) error                     { return recordErr(r.h.Stdin(n)) }
+func (r recorder) Stdout(p []byte) error                 { return recordErr(r.h.Stdout(p)) }
+func (r recorder) Stderr(p []byte) error                 { return recordErr(r.h.Stderr(p)) }
+func (r recorder) Resize(ts stream.TermSize) error       { return recordErr(r.h.Resize(ts)) }
+func (r recorder) Exit(st stream.ExitStatus) error       { return recordErr(r.h.Exit(st)) }
+func (r recorder) Close(dir stream.Direction) error      { return recordErr(r.h.Close(dir)) }
+func (r recorder) PortError(port uint16, m string) error { return recordErr(r.h.PortError(port, m)) }
+func (r recorder) CloseChannel(dir stream.Direction, ch int) error {
+	return recordErr(r.h.CloseChannel(dir, ch))
+}
+func (r recorder) PortData(port uint16, dir stream.Direction, n int) error {
+	return recordErr(r.h.PortData(port, dir, n))
+}
+
+// recordError is a failure to write the recording.
+type recordError struct{ err error }
+
+func (e *recordError) Error() string { return "recording: " + e.err.Error() }
+func (e *recordError) Unwrap() error { return e.err }
+
+func recordErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &recordError{err}
+}
+
+func (t *tap) summary() ([]string, *int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var ports []string
+	for p := range t.ports {
+		ports = append(ports, p)
+	}
+	slices.Sort(ports)
+	return ports, t.exit
+}
+
+func (t *tap) port(p uint16) {
+	t.mu.Lock()
+	t.ports[strconv.Itoa(int(p))] = true
+	t.mu.Unlock()
+}
+
+// Stdin is counted by the relay and never recorded.
+func (t *tap) Stdin(n int) error { return t.next().Stdin(n) }
+
+// Stdout records output.
+func (t *tap) Stdout(p []byte) error { return t.next().Stdout(p) }
+
+// Stderr records error output.
+func (t *tap) Stderr(p []byte) error { return t.next().Stderr(p) }
+
+// Resize records a terminal size.
+func (t *tap) Resize(ts stream.TermSize) error { return t.next().Resize(ts) }
+
+// Exit keeps and records the exit status.
+func (t *tap) Exit(st stream.ExitStatus) error {
+	t.mu.Lock()
+	code := st.Code
+	t.exit = &code
+	t.mu.Unlock()
+	return t.next().Exit(st)
+}
+
+// exited reports whether the exit status was seen.
+func (t *tap) exited() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.exit != nil
+}
+
+// CloseChannel passes the v5 close signal on.
+func (t *tap) CloseChannel(dir stream.Direction, ch int) error {
+	return t.next().CloseChannel(dir, ch)
+}
+
+// PortData notes a forwarded port.
+func (t *tap) PortData(port uint16, dir stream.Direction, n int) error {
+	t.port(port)
+	return t.next().PortData(port, dir, n)
+}
+
+// PortError notes a forwarded port.
+func (t *tap) PortError(port uint16, msg string) error {
+	t.port(port)
+	return t.next().PortError(port, msg)
+}
+
+// Close passes the peer's close on.
+func (t *tap) Close(dir stream.Direction) error { return t.next().Close(dir) }
+
+var _ stream.Handler = (*tap)(nil)

@@ -3,6 +3,12 @@
 // every client identity header, impersonates, forwards to the one API server
 // it was configured with, and audits — the event travelling ahead of the
 // response on the same stream.
+//
+// Handler.ServeStream (worker.go) is the request path, step by step; the
+// steps live in exchange.go, a stream's audited life (session.start, the
+// recording, session.end) in session.go, the relay of an upgraded stream
+// and the tap that records it in relay.go, the HTTP/1.1 the worker writes
+// back in response.go, and the transports to the API server in upstream.go.
 package worker
 
 import (
@@ -82,36 +88,81 @@ type refusal struct {
 
 func (r *refusal) Error() string { return r.msg }
 
-// ServeStream handles one request stream from the proxy. It is the tunnel
-// client's Handler.
+// ServeStream handles one request stream from the proxy; it is the tunnel
+// client's Handler. It reads as the steps each request takes, one named
+// function each (see DESIGN.md §1):
+//
+//	admit → classify → track → impersonate → open the session (streams)
+//	→ round trip → audit → respond, or upgrade
+//
+// A step that refuses answers the request itself, after its audit event;
+// nothing reaches the API server before every step ahead of the round trip
+// has passed.
 func (h *Handler) ServeStream(ctx context.Context, stream net.Conn) {
 	defer stream.Close()
+	x, token, err := h.readRequest(stream)
+	if err != nil {
+		h.Logger.Warn("bad request stream", "err", err)
+		return // not a proxy speaking the protocol: nothing to answer
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	x.req = x.req.WithContext(ctx)
+
+	var rf *refusal
+	if x.adm, rf = h.admit(ctx, token, x.req); rf != nil {
+		x.refuse(rf)
+		return
+	}
+	if rf = x.classify(); rf != nil {
+		x.refuse(rf)
+		return
+	}
+	ctx, untrack, rf := x.track(ctx)
+	if rf != nil {
+		x.refuse(rf)
+		return
+	}
+	defer untrack()
+	out, rf := x.impersonate(ctx)
+	if rf != nil {
+		x.refuse(rf)
+		return
+	}
+	s, rf := x.openSession(ctx)
+	if rf != nil {
+		x.refuse(rf) // the API server never sees the request
+		return
+	}
+	resp := x.roundTrip(ctx, out, s)
+	if resp == nil {
+		return // answered, or the proxy is gone
+	}
+	defer resp.Body.Close()
+	ev := x.kubeEvent(resp.StatusCode) // audit
+	if x.upgrading {
+		x.upgrade(ctx, resp, s, ev)
+		return
+	}
+	x.respond(ctx, cancel, resp, s, ev)
+}
+
+// readRequest reads the grant preamble and the request head from a new
+// stream, within headerTimeout.
+func (h *Handler) readRequest(stream net.Conn) (*exchange, []byte, error) {
 	start := h.Now()
 	_ = stream.SetReadDeadline(start.Add(headerTimeout))
 	br := bufio.NewReader(stream) // large reads bypass the buffer; an idle stream holds only 4 KiB
 	token, err := grant.ReadPreamble(br, grant.MaxTokenSize)
 	if err != nil {
-		h.Logger.Warn("bad stream preamble", "err", err)
-		return // not a proxy speaking the protocol: nothing to answer
+		return nil, nil, fmt.Errorf("preamble: %w", err)
 	}
 	req, err := http.ReadRequest(br)
 	if err != nil {
-		h.Logger.Warn("bad request on stream", "err", err)
-		return
+		return nil, nil, fmt.Errorf("request: %w", err)
 	}
 	_ = stream.SetReadDeadline(time.Time{})
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	req = req.WithContext(ctx)
-
-	x := &exchange{h: h, stream: stream, br: br, req: req, start: start}
-	adm, rf := h.admit(ctx, token, req)
-	x.adm = adm
-	if rf != nil {
-		x.refuse(rf)
-		return
-	}
-	x.forward(ctx, cancel)
+	return &exchange{h: h, stream: stream, br: br, req: req, start: start}, token, nil
 }
 
 // admission is what admit decided. Every later step reads it, so none
