@@ -214,10 +214,10 @@ func (x *exchange) respond(ctx context.Context, cancel context.CancelFunc, resp 
 		_, _ = x.br.ReadByte()
 		cancel()
 	}()
-	w := &countWriter{w: x.stream}
 	if s != nil {
-		w.n = &s.out
+		resp.Body = s.countOut(resp.Body)
 	}
+	w := &errWriter{w: x.stream}
 	err := writeResponse(w, x.req.Method, resp)
 	if err != nil && ctx.Err() == nil {
 		x.h.Logger.Debug("relay response", "err", err)
@@ -227,7 +227,7 @@ func (x *exchange) respond(ctx context.Context, cancel context.CancelFunc, resp 
 
 // responseEnd says how a relayed response ended (audit.End…), from the
 // error that ended it.
-func responseEnd(ctx context.Context, w *countWriter, err error) string {
+func responseEnd(ctx context.Context, w *errWriter, err error) string {
 	switch {
 	case err == nil:
 		return audit.EndCompleted

@@ -7,7 +7,6 @@ import (
 	"net/http/httputil"
 	"strconv"
 	"strings"
-	"sync/atomic"
 
 	"github.com/limenhq/limen/gateway/kreq"
 )
@@ -88,21 +87,17 @@ func writeStatusResponse(w io.Writer, code int, msg string) error {
 	return err
 }
 
-// countWriter counts the bytes written to the client and keeps the error
-// of a failed write, which tells a client gone from an API server gone.
-type countWriter struct {
+// errWriter keeps the error of the first failed write, which tells a
+// client gone from an API server gone.
+type errWriter struct {
 	w   io.Writer
-	n   *atomic.Int64 // nil: not counted
 	err error
 }
 
-func (c *countWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	if c.n != nil {
-		c.n.Add(int64(n))
-	}
-	if err != nil && c.err == nil {
-		c.err = err
+func (e *errWriter) Write(p []byte) (int, error) {
+	n, err := e.w.Write(p)
+	if err != nil && e.err == nil {
+		e.err = err
 	}
 	return n, err
 }

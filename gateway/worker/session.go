@@ -121,6 +121,11 @@ func (s *session) countIn(body io.ReadCloser) io.ReadCloser {
 	return &countReader{ReadCloser: body, n: &s.in}
 }
 
+// countOut counts a response body's bytes as the API server's.
+func (s *session) countOut(body io.ReadCloser) io.ReadCloser {
+	return &countReader{ReadCloser: body, n: &s.out}
+}
+
 type countReader struct {
 	io.ReadCloser
 	n *atomic.Int64
