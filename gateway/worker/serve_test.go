@@ -116,7 +116,7 @@ func newBench(t *testing.T) *bench {
 		Upstream: upstream, Transport: rt,
 		Token:  func() (string, error) { return "worker-sa-token", nil },
 		Logger: slog.New(slog.DiscardHandler), Now: time.Now,
-		Spool:  spool,
+		Spool: spool,
 		Events: func(_ context.Context, ev audit.Event) error {
 			if err := ev.Validate(); err != nil {
 				return err
@@ -227,7 +227,9 @@ func TestAdmissionRefusals(t *testing.T) {
 			return tok
 		}, listPath, http.StatusForbidden, audit.TypeAuthDenied, "grant: "},
 		{"expired grant", func(b *bench) []byte {
-			tok, _ := b.grant(func(g *grant.Grant) { g.IssuedAt, g.ExpiresAt = time.Now().Add(-2*time.Hour), time.Now().Add(-time.Hour) })
+			tok, _ := b.grant(func(g *grant.Grant) {
+				g.IssuedAt, g.ExpiresAt = time.Now().Add(-2*time.Hour), time.Now().Add(-time.Hour)
+			})
 			return tok
 		}, listPath, http.StatusForbidden, audit.TypeAuthDenied, "expired"},
 		{"grant for another cluster", func(b *bench) []byte {
