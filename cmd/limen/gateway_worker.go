@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -81,10 +82,15 @@ func runWorkerGateway(ctx context.Context, v *viper.Viper, kc workerKubeConfig, 
 	defer pol.Close()
 	go func() { _ = pol.Run(ctx) }()
 
+	backlog, err := streamBacklogDir(dataDir)
+	if err != nil {
+		return err
+	}
 	h := &worker.Handler{
 		Cluster: policy.Cluster{Name: id.Cluster, Labels: kc.Labels}, GrantKey: id.GrantKey, Policy: pol,
 		Upstream: upstream, Transport: rt, Token: tokens.Token,
 		Logger: log.With("component", "worker"), Now: time.Now,
+		Backlog: worker.Backlog{Dir: backlog},
 	}
 	hooks := &proxyHooks{log: log, handlers: map[string]func(context.Context, tunnel.Message){}}
 	var client *tunnel.Client
@@ -107,6 +113,21 @@ func runWorkerGateway(ctx context.Context, v *viper.Viper, kc workerKubeConfig, 
 	defer stopRecording()
 	log.Info("worker started", "cluster", id.Cluster, "api_server", upstream.String(), "policy", popts.Source())
 	return client.Run(ctx)
+}
+
+// streamBacklogDir is DATA/streams, where streams keep the API server output
+// they read ahead of their users (worker.Backlog). Its files are unlinked
+// as soon as they are created; any left by a crash are removed here.
+func streamBacklogDir(dataDir string) (string, error) {
+	dir := filepath.Join(dataDir, "streams")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("stream backlog directory: %w; check that the worker can write its data directory", err)
+	}
+	stale, _ := filepath.Glob(filepath.Join(dir, "limen-backlog-*"))
+	for _, f := range stale {
+		_ = os.Remove(f)
+	}
+	return dir, nil
 }
 
 // proxyHooks routes the proxy's control messages to the worker features

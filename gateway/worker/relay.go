@@ -66,6 +66,8 @@ func (s *session) endReason(ctx context.Context, res relay.Result) (string, erro
 	switch {
 	case s.refused != nil && errors.As(s.refused, &re):
 		return audit.EndRecordFailed, s.refused
+	case s.refused != nil && errors.Is(s.refused, relay.ErrBacklog):
+		return audit.EndError, s.refused
 	case s.refused != nil:
 		return audit.EndDecodeFailed, s.refused
 	case res.Ended:
@@ -135,13 +137,49 @@ func (s *session) clientFlow(dst io.Writer, src io.Reader) error {
 }
 
 // serverFlow copies the API server's bytes to the client, feeding them to
-// the server decoder (and through it the recording) first. It relays only
-// whole frames and holds an unfinished one back, so the client's bytes
-// always end at a frame boundary: if the API server's bytes stop before
-// the command's exit status, Limen can end the stream there with a failure
-// status the client reports, instead of a cut stream the client might take
-// for success.
-func (s *session) serverFlow(dst io.Writer, src io.Reader) error {
+// the server decoder (and through it the recording) first.
+//
+// The API server is read as fast as it sends, into a backlog, whatever the
+// pace of the recording and the user: the kubelet and the API server close
+// a finished stream at once, and output still queued in their sockets then
+// is discarded by their kernel when any byte reaches them before it is
+// sent — kubectl's and the API server's 5-second heartbeats do. Output the
+// worker has read is safe.
+//
+// It relays only whole frames and holds an unfinished one back, so the
+// client's bytes always end at a frame boundary: if the API server's bytes
+// stop before the command's exit status, Limen can end the stream there
+// with a failure status the client reports, instead of a cut stream the
+// client might take for success.
+func (s *session) serverFlow(dst io.Writer, up io.Reader) error {
+	src, stop := s.readAhead(up)
+	defer stop()
+	return s.relayFrames(dst, src)
+}
+
+// readAhead drains up into a new backlog from a goroutine. stop ends that
+// goroutine, closing the API server connection if its output is still
+// coming (it is no longer wanted) or could not be held.
+func (s *session) readAhead(up io.Reader) (*relay.Backlog, func()) {
+	src := s.x.h.Backlog.open()
+	filled := make(chan error, 1)
+	go func() { filled <- relay.Fill(src, up) }()
+	return src, func() {
+		if !src.Ended() {
+			_ = s.up.Close() // Fill then returns
+		}
+		_ = src.Close()
+		if err := <-filled; err != nil {
+			_ = s.up.Close()
+		}
+		if p := src.Peak(); p > DefaultBacklogMemory {
+			s.x.h.Logger.Debug("stream read ahead of the user", "session", s.x.adm.grant.SessionID, "peak_bytes", p)
+		}
+	}
+}
+
+// relayFrames is serverFlow's copy: whole frames only, through the decoder.
+func (s *session) relayFrames(dst io.Writer, src io.Reader) error {
 	dec := s.pair.Server
 	buf := make([]byte, relayBuffer)
 	n := 0 // bytes in buf, not yet relayed
@@ -204,6 +242,12 @@ func (s *session) serverEnded(dst io.Writer, rerr error, atBoundary bool, held i
 	refused := s.refused
 	s.mu.Unlock()
 
+	if refused == nil && errors.Is(rerr, relay.ErrBacklog) {
+		// The worker could not hold the output it read ahead (disk full):
+		// the stream cannot go on without losing bytes.
+		refused = rerr
+		s.refuse(rerr)
+	}
 	var end, why string
 	switch {
 	case refused != nil:
@@ -251,6 +295,18 @@ func (s *session) fail(dst io.Writer, atBoundary bool, msg string) {
 	}
 }
 
+// open returns a new stream backlog.
+func (b Backlog) open() *relay.Backlog {
+	memory, limit := b.Memory, b.Max
+	if memory <= 0 {
+		memory = DefaultBacklogMemory
+	}
+	if limit <= 0 {
+		limit = DefaultBacklogMax
+	}
+	return relay.NewBacklog(b.Dir, memory, limit)
+}
+
 // hasExit reports whether the stream ends with an exit status (exec and
 // attach; port-forward has none).
 func (s *session) hasExit() bool { return s.login != string(sessions.KindPortForward) }
@@ -260,6 +316,9 @@ func refusalMessage(err error) string {
 	var re *recordError
 	if errors.As(err, &re) {
 		return "Limen ended the session because it could not record it; ask your operator to check the worker's recording spool"
+	}
+	if errors.Is(err, relay.ErrBacklog) {
+		return "Limen ended the session because the worker could not hold the command's output; ask your operator to check the worker's data directory"
 	}
 	return "Limen ended the session because it could not decode the stream: " + err.Error()
 }

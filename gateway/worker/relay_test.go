@@ -94,9 +94,14 @@ type ended struct {
 
 func startRig(t *testing.T, login string, hdr http.Header) *rig {
 	t.Helper()
+	return startRigWith(t, login, hdr, Backlog{Dir: t.TempDir()})
+}
+
+func startRigWith(t *testing.T, login string, hdr http.Header, backlog Backlog) *rig {
+	t.Helper()
 	client, tunnelEnd := tcpPair(t)
 	upEnd, api := tcpPair(t)
-	h := &Handler{Logger: slog.New(slog.DiscardHandler), Now: time.Now}
+	h := &Handler{Logger: slog.New(slog.DiscardHandler), Now: time.Now, Backlog: backlog}
 	x := &exchange{h: h, stream: tunnelEnd, br: bufio.NewReader(tunnelEnd)}
 	s := &session{x: x, login: login, tap: &tap{ports: map[string]bool{}}}
 	pair, err := decode.ForResponse(hdr, s.tap)
@@ -329,6 +334,38 @@ func cutUpstream(t *testing.T, g golden, cut int, reset bool) {
 	}
 	if e.reason != want {
 		t.Fatalf("cut at %d: end reason %q, want %q", cut, e.reason, want)
+	}
+}
+
+// TestRelayBacklogFailureFailsTheClient: when the worker cannot hold the
+// output it reads ahead (its spill file cannot be created, as on a full or
+// missing disk), the client gets a failure, never a silently cut stream.
+func TestRelayBacklogFailureFailsTheClient(t *testing.T) {
+	for _, g := range execGoldens(t) {
+		t.Run(g.name, func(t *testing.T) {
+			missing := filepath.Join(t.TempDir(), "missing")
+			r := startRigWith(t, LoginExec, g.hdr, Backlog{Dir: missing, Memory: 1, Max: 1 << 20})
+			if _, err := r.client.Write(g.client); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := io.ReadFull(r.api, make([]byte, len(g.client))); err != nil {
+				t.Fatal(err)
+			}
+			received := make(chan []byte, 1)
+			go func() { b, _ := io.ReadAll(r.client); received <- b }()
+			_, _ = r.api.Write(g.server)
+			_ = r.api.CloseWrite()
+			got := <-received
+			_ = r.client.Close()
+			e := r.wait(t)
+			exit, err := clientView(t, g, got)
+			if err != nil || exit == nil || exit.Code == 0 || !strings.Contains(exit.Message, "could not hold") {
+				t.Fatalf("the client sees exit %+v (decode error %v), want Limen's failure", exit, err)
+			}
+			if e.reason != audit.EndError {
+				t.Fatalf("end reason %q, want %q", e.reason, audit.EndError)
+			}
+		})
 	}
 }
 

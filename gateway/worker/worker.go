@@ -73,7 +73,26 @@ type Handler struct {
 	// Upgrades carries upgrade requests (SPDY needs HTTP/1.1, which an
 	// HTTP/2 transport cannot do); nil uses Transport.
 	Upgrades http.RoundTripper
+	// Backlog bounds the API server output a stream reads ahead of the
+	// user (see relay.go).
+	Backlog Backlog
 }
+
+// Backlog is where a stream keeps the API server's output it read ahead of
+// the user: up to Memory bytes in memory, the rest in a file in Dir ("" is
+// the system's temporary directory), at most Max bytes in all. Zero sizes
+// take the defaults.
+type Backlog struct {
+	Dir         string
+	Memory, Max int64
+}
+
+// Default Backlog sizes: a stream that outruns its user by more than
+// DefaultBacklogMax is slowed down again by TCP back-pressure.
+const (
+	DefaultBacklogMemory = 1 << 20
+	DefaultBacklogMax    = 1 << 30
+)
 
 // headerTimeout bounds how long a new stream may take to deliver its grant
 // and request head.

@@ -1,12 +1,14 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"io"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -43,6 +45,17 @@ type hops struct {
 	worker    *worker.Handler
 	opener    *pipeOpener
 	baseURL   string
+}
+
+// failOnPanic fails the test when the proxy's HTTP server logs a recovered
+// panic.
+type failOnPanic struct{ t *testing.T }
+
+func (f failOnPanic) Write(p []byte) (int, error) {
+	if bytes.Contains(p, []byte("panic")) {
+		f.t.Errorf("the proxy panicked: %s", p)
+	}
+	return len(p), nil
 }
 
 type pipeOpener struct {
@@ -129,7 +142,10 @@ func newHops(t *testing.T) *hops {
 		Clusters: func(string) policy.Cluster { return demo },
 		Logger:   slog.New(slog.DiscardHandler), Now: time.Now,
 	}
-	srv := httptest.NewServer(h.kube)
+	srv := httptest.NewUnstartedServer(h.kube)
+	// A handler that panics is a failure even if the client saw nothing.
+	srv.Config.ErrorLog = log.New(failOnPanic{t}, "", 0)
+	srv.Start()
 	t.Cleanup(srv.Close)
 	h.baseURL = srv.URL
 	return h
