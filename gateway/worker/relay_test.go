@@ -344,7 +344,7 @@ func TestRelayBacklogFailureFailsTheClient(t *testing.T) {
 	for _, g := range execGoldens(t) {
 		t.Run(g.name, func(t *testing.T) {
 			missing := filepath.Join(t.TempDir(), "missing")
-			r := startRigWith(t, LoginExec, g.hdr, Backlog{Dir: missing, Memory: 1, Max: 1 << 20})
+			r := startRigWith(t, string(sessions.KindExec), g.hdr, Backlog{Dir: missing, Memory: 1, Max: 1 << 20})
 			if _, err := r.client.Write(g.client); err != nil {
 				t.Fatal(err)
 			}
