@@ -128,6 +128,12 @@ func (e *Env) step(format string, args ...any) {
 func (e *Env) proxyDir() string  { return filepath.Join(e.Dir, "proxy") }
 func (e *Env) workerDir() string { return filepath.Join(e.Dir, "worker") }
 
+// ProxyDataDir is the proxy's data directory (audit store, recordings).
+func (e *Env) ProxyDataDir() string { return e.proxyDir() }
+
+// WorkerDataDir is the worker's data directory (recording spool).
+func (e *Env) WorkerDataDir() string { return e.workerDir() }
+
 // Home is the LIMEN_HOME of a user's profile.
 func (e *Env) Home(user string) string { return filepath.Join(e.Dir, "home-"+user) }
 
