@@ -61,7 +61,8 @@ func loadWorkerKubeConfig(v *viper.Viper) (workerKubeConfig, error) {
 }
 
 // runWorkerGateway serves the cluster through the tunnel until ctx ends.
-func runWorkerGateway(ctx context.Context, v *viper.Viper, kc workerKubeConfig, id *enroll.WorkerIdentity, dataDir string, log *slog.Logger) error {
+func runWorkerGateway(ctx context.Context, v *viper.Viper, kc workerKubeConfig, id *enroll.WorkerIdentity, c workerConfig, log *slog.Logger) error {
+	dataDir := c.DataDir
 	upstream, rt, err := worker.Upstream(kc.APIServer, kc.CAFile)
 	if err != nil {
 		return err
@@ -89,7 +90,7 @@ func runWorkerGateway(ctx context.Context, v *viper.Viper, kc workerKubeConfig, 
 	h := &worker.Handler{
 		Cluster: policy.Cluster{Name: id.Cluster, Labels: kc.Labels}, GrantKey: id.GrantKey, Policy: pol,
 		Upstream: upstream, Transport: rt, Token: tokens.Token,
-		Logger: log.With("component", "worker"), Now: time.Now,
+		Logger: log.With("component", "worker"), Now: time.Now, RecordingMaxBytes: c.RecordingMaxBytes,
 		Backlog: worker.Backlog{Dir: backlog},
 	}
 	hooks := &proxyHooks{log: log, handlers: map[string]func(context.Context, tunnel.Message){}}

@@ -7,8 +7,10 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/limenhq/limen/gateway/enroll"
+	"github.com/limenhq/limen/gateway/recording"
 )
 
 // workerConfig is the worker's typed configuration; keys are the flag names.
@@ -17,6 +19,8 @@ type workerConfig struct {
 	Cluster   string
 	JoinToken string
 	DataDir   string
+	// RecordingMaxBytes caps each exec and attach recording.
+	RecordingMaxBytes int64
 }
 
 func newWorkerCmd() *cobra.Command {
@@ -44,6 +48,7 @@ the in-cluster values.`,
 	f.String("join-token", "", "one-time join token, needed only until the worker is enrolled")
 	f.String("data-dir", "", "directory for the worker's identity (required)")
 	f.Bool("enroll-only", false, "enroll (if needed) and exit without serving")
+	f.String("recording-max-bytes", "1Gi", "cap on one exec or attach recording, in bytes (1073741824, 64Mi, 1Gi…); a session that reaches it is ended")
 	addWorkerKubeFlags(f)
 	addPolicyFlags(f)
 	addDebugFlags(f)
@@ -65,7 +70,23 @@ func loadWorkerConfig(cmd *cobra.Command) (workerConfig, error) {
 	case c.Cluster == "":
 		return c, errors.New("kube-cluster: required; set --kube-cluster NAME or LIMEN_KUBE_CLUSTER")
 	}
-	return c, nil
+	c.RecordingMaxBytes, err = parseRecordingMaxBytes(v.GetString("recording-max-bytes"))
+	return c, err
+}
+
+// parseRecordingMaxBytes reads the recording-max-bytes setting: a byte
+// count, plain or with a Kubernetes binary suffix (Ki, Mi, Gi, Ti).
+func parseRecordingMaxBytes(s string) (int64, error) {
+	q, err := resource.ParseQuantity(s)
+	n, exact := q.AsInt64()
+	if err != nil || !exact {
+		return 0, fmt.Errorf("recording-max-bytes %q: want a whole number of bytes such as 1073741824, 512Mi or 1Gi", s)
+	}
+	if err := recording.CheckMaxBytes(n); err != nil {
+		return 0, fmt.Errorf("recording-max-bytes %q: %w; set --recording-max-bytes or LIMEN_RECORDING_MAX_BYTES to %s or more",
+			s, err, recording.FormatBytes(recording.MinMaxBytes))
+	}
+	return n, nil
 }
 
 // workerIdentity returns the stored identity, enrolling first when there is
@@ -110,7 +131,7 @@ func runWorker(cmd *cobra.Command, _ []string) error {
 	if err := serveDebug(cmd.Context(), v, log); err != nil {
 		return err
 	}
-	err = runWorkerGateway(cmd.Context(), v, kc, w, c.DataDir, log)
+	err = runWorkerGateway(cmd.Context(), v, kc, w, c, log)
 	if cmd.Context().Err() != nil {
 		return nil // stopped by a signal
 	}

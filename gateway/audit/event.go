@@ -123,7 +123,7 @@ type Session struct {
 	EndHop string `json:"end_hop,omitempty"`
 }
 
-// How a stream ended, as session.end's end_reason says. The first six are
+// How a stream ended, as session.end's end_reason says. The first seven are
 // the relay's own findings; the rest name an end from outside the stream,
 // in the words of the session registry (gateway/sessions).
 const (
@@ -142,6 +142,9 @@ const (
 	EndDecodeFailed = "decode_failed"
 	// EndRecordFailed: the recording could not be written, so Limen ended it.
 	EndRecordFailed = "record_failed"
+	// EndRecordingCap: the recording reached the worker's cap
+	// (--recording-max-bytes), so Limen ended the stream.
+	EndRecordingCap = "recording_cap"
 	EndLocked       = "locked"
 	EndKilled       = "killed"
 	EndExpired      = "expired"
@@ -156,7 +159,7 @@ const (
 
 var endReasons = map[string]bool{
 	EndCompleted: true, EndTruncated: true, EndUpstreamReset: true, EndClientClosed: true,
-	EndDecodeFailed: true, EndRecordFailed: true, EndLocked: true, EndKilled: true,
+	EndDecodeFailed: true, EndRecordFailed: true, EndRecordingCap: true, EndLocked: true, EndKilled: true,
 	EndExpired: true, EndShutdown: true, EndTunnelClosed: true, EndError: true, EndNotStarted: true,
 }
 

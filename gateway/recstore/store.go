@@ -225,15 +225,26 @@ func syncDir(dir string) error {
 	return nil
 }
 
+// readSum reads the checksum of a stored recording: one hex SHA-256 and a
+// newline. A longer file is not one of ours and is not read whole.
 func readSum(cast string) (string, error) {
 	if _, err := os.Stat(cast); err != nil {
 		return "", err
 	}
-	b, err := os.ReadFile(cast + extSum)
+	f, err := os.Open(cast + extSum)
 	if err != nil {
 		return "", err
 	}
-	return strings.TrimSpace(string(b)), nil
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, 2*sha256.Size+2))
+	if err != nil {
+		return "", err
+	}
+	sum := strings.TrimSpace(string(b))
+	if _, err := hex.DecodeString(sum); err != nil || len(sum) != 2*sha256.Size {
+		return "", fmt.Errorf("recording store: %s does not hold a hex SHA-256", filepath.Base(cast)+extSum)
+	}
+	return sum, nil
 }
 
 // List returns every stored recording, oldest first.

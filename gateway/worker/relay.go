@@ -64,6 +64,8 @@ func (s *session) endReason(ctx context.Context, res relay.Result) (string, erro
 	defer s.mu.Unlock()
 	var re *recordError
 	switch {
+	case errors.Is(s.refused, recording.ErrCapReached):
+		return audit.EndRecordingCap, s.refused
 	case s.refused != nil && errors.As(s.refused, &re):
 		return audit.EndRecordFailed, s.refused
 	case s.refused != nil && errors.Is(s.refused, relay.ErrBacklog):
@@ -313,6 +315,11 @@ func (s *session) hasExit() bool { return s.login != string(sessions.KindPortFor
 
 // refusalMessage tells the user why Limen ended the stream.
 func refusalMessage(err error) string {
+	var ce *recording.CapError
+	if errors.As(err, &ce) {
+		return fmt.Sprintf("Limen ended the session: its recording reached the worker's cap of %s (recording-max-bytes), "+
+			"so nothing past that point was shown; ask your operator if sessions need more", recording.FormatBytes(ce.Max))
+	}
 	var re *recordError
 	if errors.As(err, &re) {
 		return "Limen ended the session because it could not record it; ask your operator to check the worker's recording spool"

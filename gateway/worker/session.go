@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"io"
@@ -98,11 +99,11 @@ func (x *exchange) openSession(ctx context.Context) (*session, *refusal) {
 				msg: "Limen cannot record the session, so it did not start it; ask your operator to check the worker's recording spool"}
 		}
 		s.file = f
-		s.tap.rec = recording.NewWriter(f, recording.Meta{
+		s.tap.rec = recording.NewCappedWriter(f, recording.Meta{
 			Cluster: h.Cluster.Name, Namespace: info.Namespace, Pod: info.Name, Container: s.body.Container,
 			User: g.Principal.Name, Session: g.SessionID, Command: strings.Join(s.body.Command, " "),
 			Start: s.start,
-		})
+		}, cmp.Or(h.RecordingMaxBytes, recording.DefaultMaxBytes))
 	}
 	if err := s.emit(ctx, audit.TypeSessionStart, s.body); err != nil {
 		h.Logger.Error("session.start not stored; session refused", "session", g.SessionID, "err", err)

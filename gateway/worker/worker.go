@@ -70,6 +70,9 @@ type Handler struct {
 	// exec and attach. Recorded, if set, is told of each committed one.
 	Spool    *recording.Spool
 	Recorded func(recording.Item)
+	// RecordingMaxBytes caps each recording; a session whose recording
+	// reaches it is ended. 0 means recording.DefaultMaxBytes.
+	RecordingMaxBytes int64
 	// Upgrades carries upgrade requests (SPDY needs HTTP/1.1, which an
 	// HTTP/2 transport cannot do); nil uses Transport.
 	Upgrades http.RoundTripper

@@ -191,13 +191,32 @@ func (e *Env) StartProxy(ctx context.Context) error {
 // StartWorker starts `limen worker` for the test cluster and waits until the
 // proxy lists it as connected. token is needed only on first start.
 func (e *Env) StartWorker(ctx context.Context, token string) error {
+	return e.startWorker(ctx, token, nil)
+}
+
+// RestartWorker stops the worker, waits until the proxy has dropped its
+// tunnel, and starts it again with extra arguments after
+// Options.WorkerArgs; without extra, as configured.
+func (e *Env) RestartWorker(ctx context.Context, extra ...string) error {
+	if e.WorkerPID() != 0 {
+		before := e.proxyLogCount(proxyLogDisconnected)
+		e.StopWorker()
+		if err := e.waitProxyLog(ctx, proxyLogDisconnected, before+1); err != nil {
+			return err
+		}
+	}
+	return e.startWorker(ctx, "", extra)
+}
+
+func (e *Env) startWorker(ctx context.Context, token string, extra []string) error {
 	args := []string{"worker", "--proxy", e.ProxyAddr, "--kube-cluster", ClusterName, "--data-dir", e.workerDir(),
 		"--kube-api-server", e.Cluster.Server, "--kube-ca-file", e.Cluster.CAFile, "--kube-token-file", e.TokenFile,
 		"--kube-cluster-label", "env=dev"}
 	if token != "" {
 		args = append(args, "--join-token", token)
 	}
-	cmd := exec.Command(e.Bin, append(args, e.opts.WorkerArgs...)...)
+	args = append(append(args, e.opts.WorkerArgs...), extra...)
+	cmd := exec.Command(e.Bin, args...)
 	if _, err := e.spawn(cmd, "worker"); err != nil {
 		return err
 	}
