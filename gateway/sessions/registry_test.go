@@ -103,6 +103,12 @@ func TestLockEndsIdleSessionsOfThatUserOnly(t *testing.T) {
 	}
 	p50, p99 := percentiles(lat)
 	t.Logf("lock → session end over %d runs: p50 %s, p99 %s", len(lat), p50, p99)
+	// OnEnd runs on the goroutine that ended the session, after Done is
+	// closed: wait for it rather than assume it has run.
+	deadline := time.Now().Add(bound)
+	for e.reasons()["a0"] == "" && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
 	if got := e.reasons()["a0"]; got != ReasonLocked {
 		t.Fatalf("OnEnd reason %q, want locked", got)
 	}

@@ -79,7 +79,10 @@ func TestControlRequestReply(t *testing.T) {
 // times over; the silent-peer tests show the timeout does fire without them.
 func TestControlHeartbeatsKeepAlive(t *testing.T) {
 	checkGoroutines(t)
-	timing := Timing{Heartbeat: 10 * time.Millisecond, PeerTimeout: 500 * time.Millisecond}
+	// Many heartbeats fit in one PeerTimeout, so only a stall longer than
+	// 1.5 s (the whole test binary descheduled) could end a side; 500 ms
+	// did under a loaded CI machine.
+	timing := Timing{Heartbeat: 10 * time.Millisecond, PeerTimeout: 1500 * time.Millisecond}
 	_, _, errA, errB := controlPair(t, timing, nil, nil)
 	select {
 	case err := <-errA:
