@@ -39,12 +39,13 @@ type Stream struct {
 //   - proxy: pods/proxy, services/proxy and nodes/proxy, whatever they
 //     answer: the response comes from a workload and may stream.
 //
-// The query is read as the API server reads it (url.Values from
-// r.URL.RawQuery: percent-escapes decoded, the first of repeated keys wins),
-// never by looking for substrings. Validation the API server runs after
-// decoding (a negative tailLines, watch options it refuses) is not repeated:
-// such a request is classified by its decoded options, answered with a
-// 400, and its session ends at once.
+// The query is read as the API server reads it, with r.URL.Query():
+// percent-escapes decoded, pairs that do not parse dropped, and the first
+// of repeated keys winning in the converters; never by looking for
+// substrings. Validation the API server runs after decoding (a negative
+// tailLines, watch options it refuses) is not repeated: such a request is
+// classified by its decoded options, answered with a 400, and its session
+// ends at once.
 func Classify(r *http.Request, info kreq.Info) Stream {
 	if !info.IsResourceRequest {
 		return Stream{}
@@ -56,19 +57,19 @@ func Classify(r *http.Request, info kreq.Info) Stream {
 		target := info.Namespace + "/" + info.Name
 		kind := Kind(info.Subresource)
 		if kind != KindPortForward {
-			target += "/" + query(r).Get("container")
+			target += "/" + r.URL.Query().Get("container")
 		}
 		return Stream{Kind: kind, Target: target}
 	case core && info.Subresource == "proxy" &&
 		(info.Resource == "pods" || info.Resource == "services" || info.Resource == "nodes"):
 		return Stream{Kind: KindProxy, Target: joinNonEmpty(info.Resource, info.Namespace, info.Name)}
 	case info.Verb == "watch":
-		if !decodesListOptions(query(r)) {
+		if !decodesListOptions(r.URL.Query()) {
 			return Stream{}
 		}
 		return Stream{Kind: KindWatch, Target: joinNonEmpty(info.Namespace, info.Resource, info.Name)}
 	case core && info.Resource == "pods" && info.Subresource == "log":
-		opts, err := decodePodLogOptions(query(r))
+		opts, err := decodePodLogOptions(r.URL.Query())
 		if err != nil || !opts.Follow {
 			return Stream{}
 		}
@@ -83,10 +84,6 @@ func Classify(r *http.Request, info kreq.Info) Stream {
 // would pass on as a plain one is then, at worst, listed for the moment its
 // refusal takes.
 func isUpgrade(h http.Header) bool { return h.Get("Upgrade") != "" }
-
-// query parses r's query as the API server does (r.URL.Query: pairs that do
-// not parse are dropped, as they are there).
-func query(r *http.Request) url.Values { return r.URL.Query() }
 
 // decodesListOptions reports whether the API server's list handler accepts
 // q: it decodes ListOptions with this ParameterCodec and answers 400 when

@@ -20,10 +20,9 @@ import (
 
 	"github.com/creack/pty"
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/ptr"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/limenhq/limen/gateway/audit"
 	"github.com/limenhq/limen/gateway/sessions"
@@ -93,7 +92,7 @@ func TestLockEndsOpenStreams(t *testing.T) {
 	clustertest.RunPod(t, ns, "talker", []string{"sh", "-c", "while true; do echo tick; sleep 5; done"}, false)
 	kc := userKubeconfig(t, "alice")
 	web := listenLoopback(t)
-	proxied := serveStreamingService(t, ns, "talker")
+	proxied, proxyReady := serveStreamingPod(t, ns)
 	raw := newRawClient(t, "alice")
 	run := func(args ...string) func() <-chan error {
 		return func() <-chan error { _, done := openStream(t, kc, args...); return done }
@@ -108,14 +107,18 @@ func TestLockEndsOpenStreams(t *testing.T) {
 		{"exec", sessions.KindExec, run("-n", ns, "exec", "-it", "talker", "--", "sh")},
 		{"portforward", sessions.KindPortForward, run("-n", ns, "port-forward", "pod/talker", fmt.Sprintf(":%d", web))},
 		// Spellings kubectl never sends but the API server accepts: through
-		// kubectl (which re-encodes the query) and byte for byte.
-		{"logs follow=True", sessions.KindLogs, run("get", "--raw", "/api/v1/namespaces/"+ns+"/pods/talker/log?follow=True")},
-		{"watch watch=yes", sessions.KindWatch, run("get", "--raw", "/api/v1/namespaces/"+ns+"/configmaps?watch=yes")},
+		// kubectl get --raw (whose path replaces the kubeconfig's, hence
+		// /k8s/demo; it re-encodes the query) and byte for byte.
+		{"logs follow=True", sessions.KindLogs, run("get", "--raw", "/k8s/demo/api/v1/namespaces/"+ns+"/pods/talker/log?follow=True")},
+		{"watch watch=yes", sessions.KindWatch, run("get", "--raw", "/k8s/demo/api/v1/namespaces/"+ns+"/configmaps?watch=yes")},
 		{"logs %66ollow=t", sessions.KindLogs, func() <-chan error {
 			return raw.open(t, "/k8s/demo/api/v1/namespaces/"+ns+"/pods/talker/log?%66ollow=t")
 		}},
 		// A response from a workload, streaming.
-		{"services proxy", sessions.KindProxy, run("get", "--raw", proxied)},
+		{"pods proxy", sessions.KindProxy, func() <-chan error {
+			proxyReady()
+			return run("get", "--raw", "/k8s/demo"+proxied)()
+		}},
 	}
 	for _, k := range kinds {
 		t.Run(k.name, func(t *testing.T) {
@@ -177,60 +180,89 @@ func listenLoopback(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-// serveStreamingService serves, behind a Service whose one endpoint is the
-// given pod, an HTTP response that never ends: a line, then silence until
-// the client goes away. The fake node's pods all have the address
-// 127.0.0.1, so the test's own listener is that pod's port. It returns the
-// services/proxy path of that response, once the API server proxies it.
-func serveStreamingService(t *testing.T, ns, pod string) string {
+// serveStreamingPod serves, as the port of a pod, an HTTP response that
+// never ends: a line, then silence until the client goes away. It returns
+// the pods/proxy path of that response and a function that returns once the
+// API server proxies it.
+//
+// The API server proxies only to a pod address that is not loopback, and
+// the fake node gives every pod 127.0.0.1; so the test listens on one of
+// this machine's other addresses and writes it into the pod's status
+// itself — a stand-in for a node's pod network, named as such. The fake
+// kubelet writes a pod's status again only when a container changes state,
+// but a report it queued while the pod started may still land after the
+// test's, so ready checks the address, and writes it again, before every
+// use.
+func serveStreamingPod(t *testing.T, ns string) (path string, ready func()) {
 	t.Helper()
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	ip := proxyableIP(t)
+	ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain")
 		_, _ = io.WriteString(w, "tick\n")
 		w.(http.Flusher).Flush()
 		<-r.Context().Done()
 	}))
+	srv.Listener = ln
+	srv.Start()
 	t.Cleanup(srv.Close)
-	port := int32(srv.Listener.Addr().(*net.TCPAddr).Port)
+	port := ln.Addr().(*net.TCPAddr).Port
 	c := clustertest.Cluster(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	// No selector: the endpoint is ours to write.
-	svc := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "streamer"},
-		Spec: corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone,
-			Ports: []corev1.ServicePort{{Name: "http", Port: port, Protocol: corev1.ProtocolTCP}}},
-	}
-	if _, err := c.Client.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	slice := &discoveryv1.EndpointSlice{
-		ObjectMeta:  metav1.ObjectMeta{Name: "streamer", Labels: map[string]string{discoveryv1.LabelServiceName: "streamer"}},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Endpoints: []discoveryv1.Endpoint{{
-			Addresses: []string{"127.0.0.1"},
-			TargetRef: &corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: pod},
-		}},
-		Ports: []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To(port), Protocol: ptr.To(corev1.ProtocolTCP)}},
-	}
-	if _, err := c.Client.DiscoveryV1().EndpointSlices(ns).Create(ctx, slice, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	path := "/api/v1/namespaces/" + ns + "/services/streamer:http/proxy/stream"
+	clustertest.RunPod(t, ns, "web", []string{"sleep", "3600"}, false)
 	hc, err := rest.HTTPClientFor(c.Admin)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The API server finds endpoints through an informer: poll until it
-	// proxies.
-	for {
-		if line, err := firstLine(ctx, hc, c.Server+path); err == nil && line == "tick" {
-			return path
-		} else if ctx.Err() != nil {
-			t.Fatalf("the API server never proxied %s: %q %v", path, line, err)
+	path = fmt.Sprintf("/api/v1/namespaces/%s/pods/web:%d/proxy/stream", ns, port)
+	pods := c.Client.CoreV1().Pods(ns)
+	ready = func() {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		for {
+			err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+				pod, err := pods.Get(ctx, "web", metav1.GetOptions{})
+				if err != nil || pod.Status.PodIP == ip {
+					return err
+				}
+				pod.Status.PodIP, pod.Status.PodIPs = ip, []corev1.PodIP{{IP: ip}}
+				_, err = pods.UpdateStatus(ctx, pod, metav1.UpdateOptions{})
+				return err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			line, err := firstLine(ctx, hc, c.Server+path)
+			if err == nil && line == "tick" {
+				return
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("the API server does not proxy %s: %q %v", path, line, err)
+			}
+			time.Sleep(100 * time.Millisecond)
 		}
-		time.Sleep(100 * time.Millisecond)
 	}
+	return path, ready
+}
+
+// proxyableIP returns an IPv4 address of this machine that the API server
+// may proxy to: global unicast, not loopback.
+func proxyableIP(t *testing.T) string {
+	t.Helper()
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && n.IP.IsGlobalUnicast() {
+			return n.IP.String()
+		}
+	}
+	t.Fatalf("pods/proxy needs an address of this machine the API server may proxy to (global unicast, not loopback); it has only %v", addrs)
+	return ""
 }
 
 // firstLine GETs url and returns the first line of a 200 response.
