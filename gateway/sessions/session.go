@@ -144,15 +144,19 @@ func (i Info) Live() bool { return i.End.IsZero() }
 // this session, with what this hop knows: when this hop ended the session
 // from outside (a lock, a kill, the grant's expiry, shutdown) and the worker
 // saw only its client side go away (client_closed, tunnel_closed), the end
-// is this hop's reason, in its words. Whatever the worker found itself (the
-// API server's end, its own watchdog, a truncation) stands, and so do its
-// facts: exit code, bytes, recording.
+// is this hop's reason, in its words. So it is when the worker saw a clean
+// end without an exit status (a port-forward, a watch, a log): the stream
+// was live here when this hop ended it, and the clean close the worker saw
+// was that end reaching it. Whatever else the worker found itself (an exit
+// status, its own watchdog, a truncation) stands, and so do its facts: exit
+// code, bytes, recording.
 func (i Info) CompleteEnd(end *audit.Session) {
 	if i.Live() || !i.Reason.outside() {
 		return
 	}
-	switch end.EndReason {
-	case audit.EndClientClosed, audit.EndTunnelClosed, "":
+	switch {
+	case end.EndReason == audit.EndClientClosed, end.EndReason == audit.EndTunnelClosed, end.EndReason == "",
+		end.EndReason == audit.EndCompleted && end.ExitCode == nil:
 		end.EndReason, end.EndDetail, end.EndHop = string(i.Reason), i.Detail, audit.HopProxy
 	}
 }
