@@ -114,12 +114,21 @@ func (s *Store) put(cluster string, c Chunk) (string, int64, error) {
 		return "", 0, fmt.Errorf("recording store: chunk of %d bytes exceeds %d", len(c.Data), MaxChunk)
 	}
 	if old, err := readSum(cast); err == nil {
-		// Already stored: the worker lost our Ack and sends it again.
-		if c.Final && old == c.SHA256 {
+		// Already stored: the worker lost our Ack, or could not drop its
+		// copy after it, and sends the recording again. A first chunk is
+		// answered with what is stored, so that the worker compares the
+		// checksum and stops; a final chunk must match it.
+		switch {
+		case c.Final && old == c.SHA256:
 			return old, c.Size, nil
-		}
-		if c.Offset == 0 || c.Final {
+		case c.Final:
 			return "", 0, fmt.Errorf("recording store: %s/%s is already stored with another checksum", cluster, c.ID)
+		case c.Offset == 0:
+			st, err := os.Stat(cast)
+			if err != nil {
+				return "", 0, fmt.Errorf("recording store: %w", err)
+			}
+			return old, st.Size(), nil
 		}
 	}
 	if err := os.MkdirAll(filepath.Dir(cast), 0o700); err != nil {
