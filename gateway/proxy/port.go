@@ -15,12 +15,12 @@ import (
 	"github.com/limenhq/limen/gateway/tunnel"
 )
 
-// Server is the proxy's one TLS port. ALPN decides what a connection is:
+// port is the proxy's one TLS port. ALPN decides what a connection is:
 // limen-tunnel/1 is a worker's tunnel, h2 and http/1.1 reach every HTTP
 // route, and a connection without ALPN (kubectl's WebSocket upgrades) is
 // HTTP/1.1 limited to /k8s/ and /console/.
-type Server struct {
-	// TLS carries the serving certificate and the client CAs; Server adds the
+type port struct {
+	// TLS carries the serving certificate and the client CAs; port adds the
 	// tunnel's ALPN.
 	TLS *tls.Config
 	// Kube serves /k8s/. It is routed on the raw request target, before
@@ -41,7 +41,7 @@ type Server struct {
 const handshakeTimeout = 10 * time.Second
 
 // Serve accepts connections on ln until ctx ends.
-func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+func (s *port) Serve(ctx context.Context, ln net.Listener) error {
 	cfg := s.TLS.Clone()
 	cfg.NextProtos = append([]string{tunnel.ALPN}, slices.DeleteFunc(slices.Clone(cfg.NextProtos), func(p string) bool { return p == tunnel.ALPN })...)
 	httpConns := newConnListener(ln.Addr())
@@ -72,7 +72,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 }
 
-func (s *Server) dispatch(ctx context.Context, conn *tls.Conn, httpConns *connListener) {
+func (s *port) dispatch(ctx context.Context, conn *tls.Conn, httpConns *connListener) {
 	hctx, cancel := context.WithTimeout(ctx, handshakeTimeout)
 	err := conn.HandshakeContext(hctx)
 	cancel()
@@ -99,7 +99,7 @@ func (s *Server) dispatch(ctx context.Context, conn *tls.Conn, httpConns *connLi
 
 // guard routes /k8s/ on the raw target and limits connections that
 // negotiated no ALPN to /k8s/ and /console/.
-func (s *Server) guard(next http.Handler) http.Handler {
+func (s *port) guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasPrefix(r.RequestURI, "/k8s/") {
 			s.Kube.ServeHTTP(w, r)
