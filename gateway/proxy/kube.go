@@ -19,9 +19,11 @@ import (
 	"github.com/limenhq/limen/gateway/audit"
 	"github.com/limenhq/limen/gateway/grant"
 	"github.com/limenhq/limen/gateway/identity"
+	"github.com/limenhq/limen/gateway/impersonate"
 	"github.com/limenhq/limen/gateway/kpath"
-	"github.com/limenhq/limen/gateway/kreq"
+	"github.com/limenhq/limen/gateway/kstatus"
 	"github.com/limenhq/limen/gateway/policy"
+	"github.com/limenhq/limen/gateway/reqinfo"
 	"github.com/limenhq/limen/gateway/sessions"
 	"github.com/limenhq/limen/gateway/tunnel"
 )
@@ -85,7 +87,7 @@ const DefaultGrantTTL = 8 * time.Hour
 // ServeHTTP handles one Kubernetes request.
 func (k *Kube) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// Identity headers go first, before anything reads the request.
-	kreq.StripIdentity(r.Header)
+	impersonate.StripIdentity(r.Header)
 	now := k.Now()
 	cluster, path, err := kpath.FromRequest(r)
 	if err != nil {
@@ -175,7 +177,7 @@ func (k *Kube) track(r *http.Request, path kpath.Path, s sessions.Session) (cont
 	}
 	// A request the classifier cannot read is guarded only; the worker
 	// answers it 400.
-	if info, err := kreq.Classify(r, path); err == nil {
+	if info, err := reqinfo.Classify(r, path); err == nil {
 		st := sessions.Classify(r, info)
 		s.Kind, s.Target = st.Kind, st.Target
 	}
@@ -209,9 +211,9 @@ func (k *Kube) denied(r *http.Request, p identity.Principal, cluster, reason str
 	}
 }
 
-// writeStatus answers the request itself (kreq.Refusal).
+// writeStatus answers the request itself (kstatus.Refusal).
 func writeStatus(w http.ResponseWriter, code int, msg string) {
-	h, body := kreq.Refusal(code, msg)
+	h, body := kstatus.Refusal(code, msg)
 	for k, v := range h {
 		w.Header()[k] = v
 	}

@@ -32,7 +32,6 @@ type assembled struct {
 
 const testCluster = "demo"
 
-
 // startAssembled starts the proxy, sets the locks in force before any worker
 // connects (before, if set, runs then), enrolls and starts a worker, and
 // returns once the proxy counts the worker as connected — which it does

@@ -9,12 +9,12 @@ import (
 	"time"
 
 	"github.com/limenhq/limen/gateway/kpath"
-	"github.com/limenhq/limen/gateway/kreq"
 	"github.com/limenhq/limen/gateway/locks"
+	"github.com/limenhq/limen/gateway/reqinfo"
 )
 
 // BenchmarkPerRequest is what each hop now spends on every request before
-// forwarding it: classify (kreq.Classify, then Classify) and Track, then End.
+// forwarding it: classify (reqinfo.Classify, then Classify) and Track, then End.
 func BenchmarkPerRequest(b *testing.B) {
 	for _, bc := range []struct{ name, target string }{
 		{"get", "/api/v1/namespaces/default/configmaps/c"},
@@ -32,7 +32,7 @@ func BenchmarkPerRequest(b *testing.B) {
 		b.Run("classify/"+bc.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				info, err := kreq.Classify(r, p)
+				info, err := reqinfo.Classify(r, p)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -9,7 +9,7 @@ import (
 	metainternalversionscheme "k8s.io/apimachinery/pkg/apis/meta/internalversion/scheme"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/limenhq/limen/gateway/kreq"
+	"github.com/limenhq/limen/gateway/reqinfo"
 )
 
 // Stream is what a request opens, as the API server will serve it.
@@ -25,7 +25,7 @@ type Stream struct {
 }
 
 // Classify says whether r opens a stream and of which kind, deciding it as
-// the API server does; info is r's classification by kreq.Classify. The
+// the API server does; info is r's classification by reqinfo.Classify. The
 // proxy and the worker both call it on the request they relay, so they agree
 // on what is a session, and both list, audit and end the same sessions.
 //
@@ -46,7 +46,7 @@ type Stream struct {
 // tailLines, watch options it refuses) is not repeated: such a request is
 // classified by its decoded options, answered with a 400, and its session
 // ends at once.
-func Classify(r *http.Request, info kreq.Info) Stream {
+func Classify(r *http.Request, info reqinfo.Info) Stream {
 	if !info.IsResourceRequest {
 		return Stream{}
 	}

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/limenhq/limen/gateway/kpath"
-	"github.com/limenhq/limen/gateway/kreq"
+	"github.com/limenhq/limen/gateway/reqinfo"
 )
 
 // classify runs both hops' classification on a request target.
@@ -26,7 +26,7 @@ func classify(t testing.TB, method, target string, header http.Header) (Stream, 
 	for k, v := range header {
 		r.Header[k] = v
 	}
-	info, err := kreq.Classify(r, p)
+	info, err := reqinfo.Classify(r, p)
 	if err != nil {
 		return Stream{}, false
 	}

@@ -10,7 +10,8 @@ import (
 	"time"
 
 	"github.com/limenhq/limen/gateway/audit"
-	"github.com/limenhq/limen/gateway/kreq"
+	"github.com/limenhq/limen/gateway/impersonate"
+	"github.com/limenhq/limen/gateway/reqinfo"
 	"github.com/limenhq/limen/gateway/sessions"
 	"github.com/limenhq/limen/gateway/tunnel"
 )
@@ -25,7 +26,7 @@ type exchange struct {
 	start  time.Time
 
 	adm  admission       // admit
-	info *kreq.Info      // classify; nil before
+	info *reqinfo.Info   // classify; nil before
 	st   sessions.Stream // classify: what the request opens
 	// upgrading is set by classify for a request that asks for a protocol
 	// upgrade (exec, attach, port-forward); conn learns the API server
@@ -78,7 +79,7 @@ func (x *exchange) refuse(rf *refusal) {
 // classify decides what the request is, as the API server will (verb,
 // resource, …), and what it opens (sessions.Classify).
 func (x *exchange) classify() *refusal {
-	info, err := kreq.Classify(x.req, x.adm.path)
+	info, err := reqinfo.Classify(x.req, x.adm.path)
 	if err != nil {
 		return &refusal{code: http.StatusBadRequest, msg: "cannot classify the request: " + err.Error()}
 	}
@@ -126,7 +127,7 @@ func (x *exchange) impersonate(ctx context.Context) (*http.Request, *refusal) {
 		return nil, &refusal{code: http.StatusServiceUnavailable, msg: "the Limen worker cannot read its ServiceAccount token; ask your operator"}
 	}
 	out := x.outbound(ctx)
-	if err := kreq.Impersonate(out.Header, g.Principal.Name, x.adm.groups, g.SessionID); err != nil {
+	if err := impersonate.Set(out.Header, g.Principal.Name, x.adm.groups, g.SessionID); err != nil {
 		return nil, &refusal{http.StatusForbidden, "Limen refuses to impersonate: " + err.Error(), "impersonation: " + err.Error()}
 	}
 	out.Header.Set("Authorization", "Bearer "+token)

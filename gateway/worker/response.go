@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/limenhq/limen/gateway/kreq"
+	"github.com/limenhq/limen/gateway/kstatus"
 )
 
 // HTTP/1.1 responses written to the tunnel stream: the API server's,
@@ -79,7 +79,7 @@ func writeHead(w io.Writer, resp *http.Response, length int64, upgrade bool) err
 // writeStatusResponse writes a complete response carrying a Kubernetes
 // Status, as the API server words its own errors.
 func writeStatusResponse(w io.Writer, code int, msg string) error {
-	h, body := kreq.Refusal(code, msg)
+	h, body := kstatus.Refusal(code, msg)
 	if err := writeHead(w, &http.Response{StatusCode: code, Header: h}, int64(len(body)), false); err != nil {
 		return err
 	}

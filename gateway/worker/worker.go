@@ -27,8 +27,8 @@ import (
 	"github.com/limenhq/limen/gateway/audit"
 	"github.com/limenhq/limen/gateway/grant"
 	"github.com/limenhq/limen/gateway/identity"
+	"github.com/limenhq/limen/gateway/impersonate"
 	"github.com/limenhq/limen/gateway/kpath"
-	"github.com/limenhq/limen/gateway/kreq"
 	"github.com/limenhq/limen/gateway/policy"
 	"github.com/limenhq/limen/gateway/recording"
 	"github.com/limenhq/limen/gateway/sessions"
@@ -204,7 +204,7 @@ type admission struct {
 func (h *Handler) admit(ctx context.Context, token []byte, req *http.Request) (admission, *refusal) {
 	var adm admission
 	// Identity headers go before anything else reads the request.
-	kreq.StripIdentity(req.Header)
+	impersonate.StripIdentity(req.Header)
 	g, err := grant.Verify(h.GrantKey, token, h.Cluster.Name, h.Now())
 	adm.grant = g
 	if err != nil {

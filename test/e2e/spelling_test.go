@@ -18,7 +18,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/limenhq/limen/gateway/kpath"
-	"github.com/limenhq/limen/gateway/kreq"
+	"github.com/limenhq/limen/gateway/reqinfo"
 	"github.com/limenhq/limen/gateway/sessions"
 	"github.com/limenhq/limen/test/cluster/clustertest"
 )
@@ -33,7 +33,7 @@ func classifyTarget(t *testing.T, target string) sessions.Kind {
 	if err != nil {
 		t.Fatal(err)
 	}
-	info, err := kreq.Classify(r, p)
+	info, err := reqinfo.Classify(r, p)
 	if err != nil {
 		t.Fatal(err)
 	}

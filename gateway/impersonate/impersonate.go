@@ -1,64 +1,14 @@
-// Package kreq is what the proxy and worker do to a Kubernetes request
-// besides forwarding it: classify it the way the API server will, strip every
-// identity header the client sent, and set the impersonation headers from a
-// verified grant.
-package kreq
+// Package impersonate is the header hygiene both hops apply: every identity
+// header a client sent is deleted, and the worker sets the impersonation
+// headers from a verified grant.
+package impersonate
 
 import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
 	"strings"
-
-	"k8s.io/apimachinery/pkg/util/sets"
-	"k8s.io/apiserver/pkg/endpoints/request"
-
-	"github.com/limenhq/limen/gateway/kpath"
 )
-
-// Info is a request as the API server's authorizer sees it (DESIGN.md §3).
-type Info struct {
-	// IsResourceRequest is false for discovery and other non-resource URLs,
-	// whose Verb is then the lower-case HTTP method.
-	IsResourceRequest bool   `json:"is_resource_request"`
-	Verb              string `json:"verb"`
-	APIGroup          string `json:"api_group,omitempty"`
-	APIVersion        string `json:"api_version,omitempty"`
-	Resource          string `json:"resource,omitempty"`
-	Subresource       string `json:"subresource,omitempty"`
-	Namespace         string `json:"namespace,omitempty"`
-	Name              string `json:"name,omitempty"`
-}
-
-// Classify classifies r as the API server would, reading the path from p
-// (never from r.URL.Path, so the classified path is the canonical one) and
-// the query from r.URL.RawQuery (watch=true, fieldSelector=metadata.name=…).
-// r is not modified.
-func Classify(r *http.Request, p kpath.Path) (Info, error) {
-	factory := request.RequestInfoFactory{
-		APIPrefixes:          sets.NewString("api", "apis"),
-		GrouplessAPIPrefixes: sets.NewString("api"),
-	}
-	u := &url.URL{RawQuery: r.URL.RawQuery}
-	p.SetURL(u)
-	shallow := *r
-	shallow.URL = u
-	ri, err := factory.NewRequestInfo(&shallow)
-	if err != nil {
-		return Info{}, fmt.Errorf("classify %s %s: %w", r.Method, p, err)
-	}
-	return Info{
-		IsResourceRequest: ri.IsResourceRequest,
-		Verb:              ri.Verb,
-		APIGroup:          ri.APIGroup,
-		APIVersion:        ri.APIVersion,
-		Resource:          ri.Resource,
-		Subresource:       ri.Subresource,
-		Namespace:         ri.Namespace,
-		Name:              ri.Name,
-	}, nil
-}
 
 // IsIdentityHeader reports whether name (in any case) is a header the client
 // may not set: Authorization, Impersonate-*, X-Remote-* or X-Limen-*.
@@ -92,7 +42,7 @@ func StripIdentity(h http.Header) []string {
 	return removed
 }
 
-// Header names set by Impersonate.
+// Header names set by Set.
 const (
 	HeaderUser    = "Impersonate-User"
 	HeaderGroup   = "Impersonate-Group"
@@ -102,7 +52,7 @@ const (
 // ErrSystemGroup refuses a "system:" group, which Limen never impersonates.
 var ErrSystemGroup = errors.New("system: groups are never impersonated")
 
-// Impersonate strips every identity header from h and then sets
+// Set strips every identity header from h and then sets
 // Impersonate-User, one Impersonate-Group per group and
 // Impersonate-Extra-Limen-Session (the API server lower-cases the extra key,
 // so the cluster sees "limen-session"). It refuses empty or unprintable
@@ -110,7 +60,7 @@ var ErrSystemGroup = errors.New("system: groups are never impersonated")
 // been stripped but carries no impersonation headers, so a caller that
 // forwards anyway sends the request as the worker itself, never as the
 // client.
-func Impersonate(h http.Header, user string, groups []string, session string) error {
+func Set(h http.Header, user string, groups []string, session string) error {
 	StripIdentity(h)
 	if err := headerValue("user", user); err != nil {
 		return err

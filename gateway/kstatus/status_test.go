@@ -1,4 +1,4 @@
-package kreq
+package kstatus
 
 import "testing"
 
