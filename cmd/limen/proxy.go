@@ -10,7 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/limenhq/limen/gateway/auth"
+	"github.com/limenhq/limen/gateway/ca"
 	"github.com/limenhq/limen/gateway/policy"
 	"github.com/limenhq/limen/gateway/proxy"
 )
@@ -54,8 +54,8 @@ command (data.limen.admin.allow).`,
 	f := cmd.Flags()
 	f.String("listen", "127.0.0.1:8443", "address to serve HTTPS on")
 	f.String("data-dir", "", "directory for the CA, user store and token store (required)")
-	f.Duration("user-cert-ttl", auth.DefaultUserCertTTL, fmt.Sprintf("lifetime of user certificates (at most %s)", auth.MaxUserCertTTL))
-	f.Duration("worker-cert-ttl", auth.DefaultWorkerCertTTL, "lifetime of worker certificates")
+	f.Duration("user-cert-ttl", ca.DefaultUserCertTTL, fmt.Sprintf("lifetime of user certificates (at most %s)", ca.MaxUserCertTTL))
+	f.Duration("worker-cert-ttl", ca.DefaultWorkerCertTTL, "lifetime of worker certificates")
 	f.String("ca-cert", "", "operator-provided root CA certificate (PEM); default: generated in --data-dir")
 	f.String("ca-key", "", "key of --ca-cert (PEM)")
 	f.String("tls-cert", "", "operator-provided TLS serving certificate chain (PEM); default: issued by the CA")
@@ -94,11 +94,11 @@ func (c proxyConfig) validate() error {
 	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
 		return fmt.Errorf("listen %q: want HOST:PORT, for example 127.0.0.1:8443", c.Listen)
 	}
-	if c.UserCertTTL < time.Minute || c.UserCertTTL > auth.MaxUserCertTTL {
-		return fmt.Errorf("user-cert-ttl %s: must be between 1m and %s", c.UserCertTTL, auth.MaxUserCertTTL)
+	if c.UserCertTTL < time.Minute || c.UserCertTTL > ca.MaxUserCertTTL {
+		return fmt.Errorf("user-cert-ttl %s: must be between 1m and %s", c.UserCertTTL, ca.MaxUserCertTTL)
 	}
-	if c.GrantTTL < time.Second || c.GrantTTL > auth.MaxUserCertTTL {
-		return fmt.Errorf("grant-ttl %s: must be between 1s and %s", c.GrantTTL, auth.MaxUserCertTTL)
+	if c.GrantTTL < time.Second || c.GrantTTL > ca.MaxUserCertTTL {
+		return fmt.Errorf("grant-ttl %s: must be between 1s and %s", c.GrantTTL, ca.MaxUserCertTTL)
 	}
 	if c.WorkerCertTTL < time.Hour {
 		return fmt.Errorf("worker-cert-ttl %s: must be at least 1h", c.WorkerCertTTL)
@@ -109,7 +109,7 @@ func (c proxyConfig) validate() error {
 		}
 	}
 	for _, n := range c.Clusters {
-		if err := auth.ValidClusterName(n); err != nil {
+		if err := ca.ValidClusterName(n); err != nil {
 			return fmt.Errorf("clusters: %w", err)
 		}
 	}
@@ -151,7 +151,7 @@ func runProxy(cmd *cobra.Command, _ []string) error {
 func (c proxyConfig) gateway(popts policy.Options, log *slog.Logger) proxy.Config {
 	return proxy.Config{
 		DataDir: c.DataDir,
-		CA: auth.Options{CACertFile: c.CACert, CAKeyFile: c.CAKey, TLSCertFile: c.TLSCert, TLSKeyFile: c.TLSKey,
+		CA: ca.Options{CACertFile: c.CACert, CAKeyFile: c.CAKey, TLSCertFile: c.TLSCert, TLSKeyFile: c.TLSKey,
 			ServerNames: c.ServerNames, UserCertTTL: c.UserCertTTL, WorkerCertTTL: c.WorkerCertTTL},
 		Clusters: c.Clusters, ClusterLabels: c.ClusterLabels, GrantTTL: c.GrantTTL,
 		Policy: popts, Logger: log,

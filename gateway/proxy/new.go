@@ -13,8 +13,8 @@ import (
 
 	"github.com/limenhq/limen/gateway/adminapi"
 	"github.com/limenhq/limen/gateway/audit"
-	"github.com/limenhq/limen/gateway/auth"
 	"github.com/limenhq/limen/gateway/authapi"
+	"github.com/limenhq/limen/gateway/ca"
 	"github.com/limenhq/limen/gateway/enroll"
 	"github.com/limenhq/limen/gateway/identity"
 	"github.com/limenhq/limen/gateway/locks"
@@ -34,7 +34,7 @@ type Config struct {
 	DataDir string
 	// CA configures the certificate authority; its DataDir and Logger are
 	// filled from the Config.
-	CA auth.Options
+	CA ca.Options
 	// Clusters are the cluster names offered to policy for limen kube ls;
 	// ClusterLabels are the labels the policy sees for each cluster.
 	Clusters      []string
@@ -51,7 +51,7 @@ type Config struct {
 // tunnels and every HTTP route. Build it with New, run it with Serve, and
 // Close it when Serve returned.
 type Server struct {
-	CA     *auth.Authority
+	CA     *ca.Authority
 	Users  *users.Store
 	Tokens *enroll.TokenStore
 	Policy *policy.Engine
@@ -89,7 +89,7 @@ func New(ctx context.Context, c Config) (_ *Server, err error) {
 	}
 	caOpts := c.CA
 	caOpts.DataDir, caOpts.Logger = c.DataDir, log
-	ca, err := auth.Open(caOpts)
+	authority, err := ca.Open(caOpts)
 	if err != nil {
 		return nil, err
 	}
@@ -101,7 +101,7 @@ func New(ctx context.Context, c Config) (_ *Server, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("policy: %w", err)
 	}
-	s := &Server{CA: ca, Policy: pol, Mux: http.NewServeMux(), log: log, control: newWorkerRouter(log)}
+	s := &Server{CA: authority, Policy: pol, Mux: http.NewServeMux(), log: log, control: newWorkerRouter(log)}
 	defer func() {
 		if err != nil {
 			s.Close()

@@ -1,4 +1,4 @@
-package auth
+package ca
 
 import (
 	"crypto/sha256"

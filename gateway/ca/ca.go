@@ -1,4 +1,4 @@
-// Package auth is the proxy's certificate authority. It issues the
+// Package ca is the proxy's certificate authority. It issues the
 // short-lived client certificates that carry a user's or bot's principal,
 // the worker certificates bound to one cluster, and the proxy's own TLS
 // serving certificate, and it holds the Ed25519 key that signs grants.
@@ -13,7 +13,7 @@
 // Clients trust the root (its SHA-256 fingerprint is what `limen proxy`
 // prints); the proxy accepts client certificates only from the two issuers,
 // and tells them apart by issuer, so a worker certificate is never a user's.
-package auth
+package ca
 
 import (
 	"bytes"
