@@ -102,7 +102,7 @@ func findKubectl(t *testing.T) string {
 	if p := "/usr/lib/google-cloud-sdk/bin/kubectl.1.33"; fileExists(p) {
 		return p
 	}
-	t.Skip("kubectl not found: put kubectl on PATH or set KUBECTL to run the kubectl plugin test")
+	t.Fatal("kubectl not found: the kubectl plugin test needs a real kubectl; put it on PATH or set KUBECTL")
 	return ""
 }
 
