@@ -44,7 +44,7 @@ func Example() {
 	status := frame(3, `{"metadata":{},"status":"Failure","reason":"NonZeroExitCode",`+
 		`"details":{"causes":[{"reason":"ExitCode","message":"7"}]}}`)
 	wire := append(out, status...)
-	for _, piece := range [][]byte{wire[:1], wire[1:len(out)+1], wire[len(out)+1:]} {
+	for _, piece := range [][]byte{wire[:1], wire[1 : len(out)+1], wire[len(out)+1:]} {
 		if _, err := pair.Server.Write(piece); err != nil {
 			fmt.Println(err) // undecodable: the stream ends
 			return
