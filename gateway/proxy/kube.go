@@ -2,6 +2,12 @@
 // client certificate, asks the policy which groups the user may assume on
 // the target cluster, signs a grant and relays the request over a tunnel
 // stream to a worker of that cluster.
+//
+// Kube.ServeHTTP (kube.go) is the request path; relay.go carries the request
+// over the tunnel stream and relays the response or the upgraded stream.
+// New (new.go) assembles the whole proxy from a Config; port.go is its one
+// TLS port, and control.go its side of the workers' control streams
+// (session events, recording chunks, lock pushes).
 package proxy
 
 import (

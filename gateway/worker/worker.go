@@ -9,6 +9,8 @@
 // recording, session.end) in session.go, the relay of an upgraded stream
 // and the tap that records it in relay.go, the HTTP/1.1 the worker writes
 // back in response.go, and the transports to the API server in upstream.go.
+// New (new.go) assembles the whole worker from a Config; control.go is the
+// worker's side of the control stream (lock and kill pushes, EventRelay).
 package worker
 
 import (
