@@ -127,6 +127,14 @@ func (h *harness) runCase(t *testing.T, ci int, row *row, started time.Time) {
 				row.runs[pi]++
 				if msg := verdict(row.k, r, wants[j], h.cfg.size); msg != "" {
 					row.fails[pi]++
+					if p.name == "direct" {
+						// Limen is not on this path: the loss is the API
+						// server's or kubectl's (kubernetes/kubernetes#124571,
+						// exec output cut short with exit 0 under load). It
+						// is counted in the table, and fails no Limen test.
+						t.Logf("%s run %d DIRECT to the API server (no Limen) failed: %s", row.k.name(), first+j+1, msg)
+						continue
+					}
 					t.Errorf("%s run %d via %s: %s", row.k.name(), first+j+1, p.name, msg)
 					continue
 				}
@@ -165,7 +173,8 @@ type row struct {
 func formatTable(cfg config, rows []*row, took time.Duration) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Stress: %s; %s.\n", cfg, took.Round(time.Second))
-	fmt.Fprintf(&b, "MiB/s is the median per stream over the passing runs (round trip: the size of one way).\n\n")
+	fmt.Fprintf(&b, "MiB/s is the median per stream over the passing runs (round trip: the size of one way).\n")
+	fmt.Fprintf(&b, "A Limen failure fails the test; a direct failure (no Limen on the path) is counted, not failed.\n\n")
 	fmt.Fprintf(&b, "| %-12s | %-10s | %-24s | %4s | %6s | %6s | %11s | %12s | %12s |\n",
 		"operation", "direction", "transport (kubectl)", "runs", "failed", "failed", "Limen MiB/s", "direct MiB/s", "Limen/direct")
 	fmt.Fprintf(&b, "| %-12s | %-10s | %-24s | %4s | %6s | %6s | %11s | %12s | %12s |\n",
