@@ -8,7 +8,7 @@ LDFLAGS := -X github.com/limenhq/limen/gateway/buildinfo.Version=$(VERSION) \
            -X github.com/limenhq/limen/gateway/buildinfo.Commit=$(COMMIT)
 TEST_TIMEOUT ?= 25m
 
-.PHONY: demo help build test unit e2e lint cluster-build cluster-up cluster-down cluster-env opa-test bundle bench bench-quick
+.PHONY: demo help build test unit e2e lint cluster-build cluster-up cluster-down cluster-env opa-test bundle bench bench-quick stress
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -44,6 +44,19 @@ cluster-down: ## stop the control plane started by cluster-up
 
 cluster-env: ## print the export line for the running control plane
 	@$(GO) run ./test/cluster env
+
+# make stress: the full run. The slice inside make test is `go test ./test/stress` with its
+# defaults (2 runs of 16 MiB, 2 at once).
+STRESS_RUNS ?= 30
+STRESS_MIB  ?= 64
+STRESS_CONCURRENCY ?= 3
+STRESS_REPORT ?= $(BIN)/stress-report.md
+
+stress: cluster-build ## exec, cp, port-forward both ways on every transport via Limen and direct under CPU load, 30 runs × 64 MiB each (STRESS_RUNS, STRESS_MIB), bytes and SHA-256 checked
+	@mkdir -p $(BIN)
+	LIMEN_STRESS_RUNS=$(STRESS_RUNS) LIMEN_STRESS_MIB=$(STRESS_MIB) LIMEN_STRESS_CONCURRENCY=$(STRESS_CONCURRENCY) \
+	  LIMEN_STRESS_REPORT=$(abspath $(STRESS_REPORT)) \
+	  $(GO) test -count=1 -v -timeout 4h -run '^TestStress$$' ./test/stress
 
 OPA ?= $(GO) tool opa
 # The bundle signing key. The committed default is a TEST key (see bundles/README.md);

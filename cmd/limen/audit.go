@@ -149,12 +149,19 @@ func eventDetail(e audit.Event) string {
 		return fmt.Sprintf("%s refused %s: %s", e.Denied.Hop, dash(e.Denied.Path), e.Denied.Reason)
 	case e.Session != nil:
 		s := e.Session
-		parts := []string{s.Kind, s.Login, s.Namespace + "/" + s.Pod}
+		target := s.Target
+		if target == "" {
+			target = s.Namespace + "/" + s.Pod
+		}
+		parts := []string{s.Kind, s.Login, target}
 		if len(s.Command) > 0 {
 			parts = append(parts, strconv.Quote(strings.Join(s.Command, " ")))
 		}
 		if s.ExitCode != nil {
 			parts = append(parts, "exit="+strconv.Itoa(*s.ExitCode))
+		}
+		if s.EndReason != "" {
+			parts = append(parts, "end="+s.EndReason)
 		}
 		return strings.Join(parts, " ")
 	case len(e.Fields) > 0:

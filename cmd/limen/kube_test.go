@@ -19,7 +19,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
-	"github.com/limenhq/limen/gateway/auth"
+	"github.com/limenhq/limen/gateway/ca"
 	"github.com/limenhq/limen/gateway/identity"
 	"github.com/limenhq/limen/gateway/profile"
 )
@@ -102,7 +102,7 @@ func findKubectl(t *testing.T) string {
 	if p := "/usr/lib/google-cloud-sdk/bin/kubectl.1.33"; fileExists(p) {
 		return p
 	}
-	t.Skip("kubectl not found: put kubectl on PATH or set KUBECTL to run the kubectl plugin test")
+	t.Fatal("kubectl not found: the kubectl plugin test needs a real kubectl; put it on PATH or set KUBECTL")
 	return ""
 }
 
@@ -111,7 +111,7 @@ func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
 // fakeAPIServer is an HTTPS endpoint with the proxy's serving certificate
 // that requires a client certificate from the proxy's CA and reports the
 // principal it carries, standing in for the proxy's /k8s/ routes.
-func fakeAPIServer(t *testing.T, a *auth.Authority) *httptest.Server {
+func fakeAPIServer(t *testing.T, a *ca.Authority) *httptest.Server {
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p, err := a.PrincipalFromRequest(r)
 		if err != nil {

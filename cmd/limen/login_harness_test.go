@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/limenhq/limen/gateway/auth"
+	"github.com/limenhq/limen/gateway/ca"
 	"github.com/limenhq/limen/gateway/identity"
 	"github.com/limenhq/limen/gateway/profile"
 )
@@ -146,9 +146,9 @@ func (h *harness) profile() *profile.Profile {
 
 // authority opens the proxy's CA from its data directory with a clock
 // shifted by skew, to issue certificates the proxy would have issued then.
-func (h *harness) authority(skew time.Duration) *auth.Authority {
+func (h *harness) authority(skew time.Duration) *ca.Authority {
 	h.t.Helper()
-	a, err := auth.Open(auth.Options{DataDir: h.data, Logger: slog.New(slog.DiscardHandler),
+	a, err := ca.Open(ca.Options{DataDir: h.data, Logger: slog.New(slog.DiscardHandler),
 		Now: func() time.Time { return time.Now().Add(skew) }})
 	if err != nil {
 		h.t.Fatal(err)
@@ -164,7 +164,7 @@ func (h *harness) replaceCert(p identity.Principal, skew time.Duration) *x509.Ce
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	key, err := auth.ParseKeyPEM(keyPEM)
+	key, err := ca.ParseKeyPEM(keyPEM)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -178,7 +178,7 @@ func (h *harness) replaceCert(p identity.Principal, skew time.Duration) *x509.Ce
 
 func (h *harness) writeCertDER(der []byte) {
 	h.t.Helper()
-	if err := os.WriteFile(filepath.Join(h.profile().Dir, profile.FileCert), auth.CertPEM(der), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(h.profile().Dir, profile.FileCert), ca.CertPEM(der), 0o600); err != nil {
 		h.t.Fatal(err)
 	}
 }

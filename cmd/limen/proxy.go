@@ -1,30 +1,18 @@
 package main
 
 import (
-	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/limenhq/limen/gateway/audit"
-	"github.com/limenhq/limen/gateway/auth"
-	"github.com/limenhq/limen/gateway/authapi"
-	"github.com/limenhq/limen/gateway/enroll"
-	"github.com/limenhq/limen/gateway/identity"
-	"github.com/limenhq/limen/gateway/locks"
+	"github.com/limenhq/limen/gateway/ca"
 	"github.com/limenhq/limen/gateway/policy"
 	"github.com/limenhq/limen/gateway/proxy"
-	"github.com/limenhq/limen/gateway/sessions"
-	"github.com/limenhq/limen/gateway/tunnel"
-	"github.com/limenhq/limen/gateway/users"
 )
 
 // proxyConfig is the proxy's typed configuration; keys are the flag names.
@@ -66,8 +54,8 @@ command (data.limen.admin.allow).`,
 	f := cmd.Flags()
 	f.String("listen", "127.0.0.1:8443", "address to serve HTTPS on")
 	f.String("data-dir", "", "directory for the CA, user store and token store (required)")
-	f.Duration("user-cert-ttl", auth.DefaultUserCertTTL, fmt.Sprintf("lifetime of user certificates (at most %s)", auth.MaxUserCertTTL))
-	f.Duration("worker-cert-ttl", auth.DefaultWorkerCertTTL, "lifetime of worker certificates")
+	f.Duration("user-cert-ttl", ca.DefaultUserCertTTL, fmt.Sprintf("lifetime of user certificates (at most %s)", ca.MaxUserCertTTL))
+	f.Duration("worker-cert-ttl", ca.DefaultWorkerCertTTL, "lifetime of worker certificates")
 	f.String("ca-cert", "", "operator-provided root CA certificate (PEM); default: generated in --data-dir")
 	f.String("ca-key", "", "key of --ca-cert (PEM)")
 	f.String("tls-cert", "", "operator-provided TLS serving certificate chain (PEM); default: issued by the CA")
@@ -106,11 +94,11 @@ func (c proxyConfig) validate() error {
 	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
 		return fmt.Errorf("listen %q: want HOST:PORT, for example 127.0.0.1:8443", c.Listen)
 	}
-	if c.UserCertTTL < time.Minute || c.UserCertTTL > auth.MaxUserCertTTL {
-		return fmt.Errorf("user-cert-ttl %s: must be between 1m and %s", c.UserCertTTL, auth.MaxUserCertTTL)
+	if c.UserCertTTL < time.Minute || c.UserCertTTL > ca.MaxUserCertTTL {
+		return fmt.Errorf("user-cert-ttl %s: must be between 1m and %s", c.UserCertTTL, ca.MaxUserCertTTL)
 	}
-	if c.GrantTTL < time.Second || c.GrantTTL > auth.MaxUserCertTTL {
-		return fmt.Errorf("grant-ttl %s: must be between 1s and %s", c.GrantTTL, auth.MaxUserCertTTL)
+	if c.GrantTTL < time.Second || c.GrantTTL > ca.MaxUserCertTTL {
+		return fmt.Errorf("grant-ttl %s: must be between 1s and %s", c.GrantTTL, ca.MaxUserCertTTL)
 	}
 	if c.WorkerCertTTL < time.Hour {
 		return fmt.Errorf("worker-cert-ttl %s: must be at least 1h", c.WorkerCertTTL)
@@ -121,115 +109,11 @@ func (c proxyConfig) validate() error {
 		}
 	}
 	for _, n := range c.Clusters {
-		if err := auth.ValidClusterName(n); err != nil {
+		if err := ca.ValidClusterName(n); err != nil {
 			return fmt.Errorf("clusters: %w", err)
 		}
 	}
 	return nil
-}
-
-// proxyServer is the assembled proxy: its stores, its CA and the HTTP
-// routes. Build it with buildProxy, add routes to Mux or protocols to TLS,
-// then Serve.
-type proxyServer struct {
-	CA     *auth.Authority
-	Users  *users.Store
-	Tokens *enroll.TokenStore
-	Policy *policy.Engine
-	Tunnel *tunnel.Server
-	Audit  *audit.Store
-	Mux    *http.ServeMux
-	Kube   *proxy.Kube
-	// Locks and Sessions are the lock store and the live-session registry;
-	// LockSet is the locks in force, which every request is checked against.
-	Locks    *locks.Store
-	LockSet  *locks.Set
-	Sessions *sessions.Registry
-	// Hooks route control messages from workers and run on each worker
-	// connect; features register into it while the proxy is built.
-	Hooks *workerHooks
-	TLS   *tls.Config
-	Log   *slog.Logger
-}
-
-// buildProxy opens the data directory and wires the identity API under /v1/.
-func buildProxy(ctx context.Context, c proxyConfig, popts policy.Options, log *slog.Logger) (*proxyServer, error) {
-	if err := os.MkdirAll(c.DataDir, 0o700); err != nil {
-		return nil, fmt.Errorf("data-dir: %w", err)
-	}
-	ca, err := auth.Open(auth.Options{DataDir: c.DataDir, CACertFile: c.CACert, CAKeyFile: c.CAKey,
-		TLSCertFile: c.TLSCert, TLSKeyFile: c.TLSKey, ServerNames: c.ServerNames,
-		UserCertTTL: c.UserCertTTL, WorkerCertTTL: c.WorkerCertTTL, Logger: log})
-	if err != nil {
-		return nil, err
-	}
-	pol, err := policy.New(ctx, popts)
-	if err != nil {
-		return nil, fmt.Errorf("policy: %w", err)
-	}
-	s := &proxyServer{CA: ca, Policy: pol, Mux: http.NewServeMux(), TLS: ca.ServerTLSConfig(), Log: log,
-		Hooks: newWorkerHooks(log)}
-	s.Tunnel = &tunnel.Server{Logger: log.With("component", "tunnel"),
-		OnMessage: s.Hooks.onMessage, OnConnect: s.Hooks.onConnect}
-	if s.Audit, err = audit.Open(ctx, audit.Path(c.DataDir), audit.Options{Logger: log}); err != nil {
-		return nil, fmt.Errorf("audit store: %w", err)
-	}
-	if s.Users, err = users.Open(users.Path(c.DataDir), users.Options{}); err != nil {
-		s.Close()
-		return nil, err
-	}
-	if s.Tokens, err = enroll.OpenTokenStore(enroll.TokenStorePath(c.DataDir), enroll.TokenStoreOptions{Audit: s.Audit}); err != nil {
-		s.Close()
-		return nil, err
-	}
-	if err := s.mountRecordings(ctx, c.DataDir); err != nil {
-		s.Close()
-		return nil, err
-	}
-	s.Kube = newKube(s, c.ClusterLabels)
-	s.Kube.GrantTTL = c.GrantTTL
-	if err := s.mountLocks(ctx, c.DataDir); err != nil {
-		s.Close()
-		return nil, err
-	}
-	api, err := authapi.New(authapi.Config{CA: ca, Users: s.Users, Tokens: s.Tokens, Admin: pol,
-		Clusters: configuredClusters{engine: pol, names: c.Clusters, labels: c.ClusterLabels}, Workers: s.Tunnel,
-		Audit: s.Audit, Locks: s.LockSet, Logger: log})
-	if err != nil {
-		s.Close()
-		return nil, err
-	}
-	s.Mux.Handle("/v1/", api)
-	return s, nil
-}
-
-// Serve runs the one TLS port — worker tunnels, HTTP/2 and HTTP/1.1, told
-// apart by ALPN — until ctx ends.
-func (s *proxyServer) Serve(ctx context.Context, ln net.Listener) error {
-	srv := &proxy.Server{TLS: s.TLS, Kube: s.Kube, Handler: s.Mux, Tunnel: s.Tunnel, WorkerCluster: s.CA.ClusterFromChains, Logger: s.Log}
-	return srv.Serve(ctx, ln)
-}
-
-// Close releases the stores.
-func (s *proxyServer) Close() {
-	if s.Users != nil {
-		s.Users.Close()
-	}
-	if s.Tokens != nil {
-		s.Tokens.Close()
-	}
-	if s.Sessions != nil {
-		s.Sessions.Close()
-	}
-	if s.Locks != nil {
-		s.Locks.Close()
-	}
-	if s.Audit != nil {
-		s.Audit.Close()
-	}
-	if s.Policy != nil {
-		s.Policy.Close()
-	}
 }
 
 func runProxy(cmd *cobra.Command, _ []string) error {
@@ -246,12 +130,11 @@ func runProxy(cmd *cobra.Command, _ []string) error {
 	if err != nil {
 		return err
 	}
-	s, err := buildProxy(cmd.Context(), c, popts, log)
+	s, err := proxy.New(cmd.Context(), c.gateway(popts, log))
 	if err != nil {
 		return err
 	}
 	defer s.Close()
-	go func() { _ = s.Policy.Run(cmd.Context()) }()
 	if err := serveDebug(cmd.Context(), v, log); err != nil {
 		return err
 	}
@@ -264,20 +147,32 @@ func runProxy(cmd *cobra.Command, _ []string) error {
 	return s.Serve(cmd.Context(), ln)
 }
 
-// configuredClusters asks policy which of the configured clusters a
-// principal may reach. The cluster registry replaces the static list.
-type configuredClusters struct {
-	engine *policy.Engine
-	names  []string
-	labels map[string]map[string]string
+// gateway is the validated configuration as gateway/proxy takes it.
+func (c proxyConfig) gateway(popts policy.Options, log *slog.Logger) proxy.Config {
+	return proxy.Config{
+		DataDir: c.DataDir,
+		CA: ca.Options{CACertFile: c.CACert, CAKeyFile: c.CAKey, TLSCertFile: c.TLSCert, TLSKeyFile: c.TLSKey,
+			ServerNames: c.ServerNames, UserCertTTL: c.UserCertTTL, WorkerCertTTL: c.WorkerCertTTL},
+		Clusters: c.Clusters, ClusterLabels: c.ClusterLabels, GrantTTL: c.GrantTTL,
+		Policy: popts, Logger: log,
+	}
 }
 
-func (c configuredClusters) Clusters(ctx context.Context, p identity.Principal) ([]string, error) {
-	cands := make([]policy.Cluster, 0, len(c.names))
-	for _, n := range c.names {
-		cands = append(cands, policy.Cluster{Name: n, Labels: c.labels[n]})
+// parseClusterLabels reads NAME:KEY=VALUE settings into labels per cluster.
+func parseClusterLabels(specs []string) (map[string]map[string]string, error) {
+	out := map[string]map[string]string{}
+	for _, s := range specs {
+		name, kv, ok := strings.Cut(s, ":")
+		k, v, ok2 := strings.Cut(kv, "=")
+		if !ok || !ok2 || name == "" || k == "" {
+			return nil, fmt.Errorf("cluster-label %q: want NAME:KEY=VALUE, for example prod:env=production", s)
+		}
+		if out[name] == nil {
+			out[name] = map[string]string{}
+		}
+		out[name][k] = v
 	}
-	return c.engine.Clusters(ctx, p, cands)
+	return out, nil
 }
 
 // validDNSName accepts host names made of 1–63-byte labels of letters,

@@ -4,11 +4,17 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"github.com/spf13/viper"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/limenhq/limen/gateway/enroll"
+	"github.com/limenhq/limen/gateway/recording"
+	"github.com/limenhq/limen/gateway/worker"
 )
 
 // workerConfig is the worker's typed configuration; keys are the flag names.
@@ -17,6 +23,8 @@ type workerConfig struct {
 	Cluster   string
 	JoinToken string
 	DataDir   string
+	// RecordingMaxBytes caps each exec and attach recording.
+	RecordingMaxBytes int64
 }
 
 func newWorkerCmd() *cobra.Command {
@@ -44,6 +52,7 @@ the in-cluster values.`,
 	f.String("join-token", "", "one-time join token, needed only until the worker is enrolled")
 	f.String("data-dir", "", "directory for the worker's identity (required)")
 	f.Bool("enroll-only", false, "enroll (if needed) and exit without serving")
+	f.String("recording-max-bytes", "1Gi", "cap on one exec or attach recording, in bytes (1073741824, 64Mi, 1Gi…); a session that reaches it is ended")
 	addWorkerKubeFlags(f)
 	addPolicyFlags(f)
 	addDebugFlags(f)
@@ -65,7 +74,23 @@ func loadWorkerConfig(cmd *cobra.Command) (workerConfig, error) {
 	case c.Cluster == "":
 		return c, errors.New("kube-cluster: required; set --kube-cluster NAME or LIMEN_KUBE_CLUSTER")
 	}
-	return c, nil
+	c.RecordingMaxBytes, err = parseRecordingMaxBytes(v.GetString("recording-max-bytes"))
+	return c, err
+}
+
+// parseRecordingMaxBytes reads the recording-max-bytes setting: a byte
+// count, plain or with a Kubernetes binary suffix (Ki, Mi, Gi, Ti).
+func parseRecordingMaxBytes(s string) (int64, error) {
+	q, err := resource.ParseQuantity(s)
+	n, exact := q.AsInt64()
+	if err != nil || !exact {
+		return 0, fmt.Errorf("recording-max-bytes %q: want a whole number of bytes such as 1073741824, 512Mi or 1Gi", s)
+	}
+	if err := recording.CheckMaxBytes(n); err != nil {
+		return 0, fmt.Errorf("recording-max-bytes %q: %w; set --recording-max-bytes or LIMEN_RECORDING_MAX_BYTES to %s or more",
+			s, err, recording.FormatBytes(recording.MinMaxBytes))
+	}
+	return n, nil
 }
 
 // workerIdentity returns the stored identity, enrolling first when there is
@@ -107,12 +132,64 @@ func runWorker(cmd *cobra.Command, _ []string) error {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+	popts, err := policyOptions(v, log)
+	if err != nil {
+		return err
+	}
+	s, err := worker.New(cmd.Context(), worker.Config{
+		Identity: w, DataDir: c.DataDir,
+		APIServer: kc.APIServer, CAFile: kc.CAFile, TokenFile: kc.TokenFile, Labels: kc.Labels,
+		Policy: popts, RecordingMaxBytes: c.RecordingMaxBytes, Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	defer s.Close()
 	if err := serveDebug(cmd.Context(), v, log); err != nil {
 		return err
 	}
-	err = runWorkerGateway(cmd.Context(), v, kc, w, c.DataDir, log)
+	err = s.Run(cmd.Context())
 	if cmd.Context().Err() != nil {
 		return nil // stopped by a signal
 	}
 	return err
+}
+
+// workerKubeConfig is how the worker reaches its API server.
+type workerKubeConfig struct {
+	APIServer string
+	CAFile    string
+	TokenFile string
+	Labels    map[string]string
+}
+
+func addWorkerKubeFlags(f *pflag.FlagSet) {
+	f.String("kube-api-server", "", "the API server's https URL (default: the in-cluster address)")
+	f.String("kube-ca-file", worker.InClusterCAFile, "CA bundle that verifies the API server")
+	f.String("kube-token-file", worker.InClusterTokenFile, "ServiceAccount token file, re-read every minute")
+	f.StringSlice("kube-cluster-label", nil, "cluster label KEY=VALUE the policy sees (repeatable; must match the proxy's --cluster-label)")
+}
+
+func loadWorkerKubeConfig(v *viper.Viper) (workerKubeConfig, error) {
+	c := workerKubeConfig{
+		APIServer: v.GetString("kube-api-server"), CAFile: v.GetString("kube-ca-file"),
+		TokenFile: v.GetString("kube-token-file"), Labels: map[string]string{},
+	}
+	if c.APIServer == "" {
+		c.APIServer = worker.InClusterAPIServer()
+	}
+	if c.APIServer == "" {
+		return c, fmt.Errorf("kube-api-server: required outside a pod; set --kube-api-server https://HOST:PORT")
+	}
+	if c.TokenFile == "" {
+		return c, fmt.Errorf("kube-token-file: required")
+	}
+	for _, kv := range v.GetStringSlice("kube-cluster-label") {
+		k, val, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return c, fmt.Errorf("kube-cluster-label %q: want KEY=VALUE", kv)
+		}
+		c.Labels[k] = val
+	}
+	return c, nil
 }

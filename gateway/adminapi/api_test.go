@@ -20,7 +20,7 @@ import (
 
 	"github.com/limenhq/limen/gateway/adminapi"
 	"github.com/limenhq/limen/gateway/audit"
-	"github.com/limenhq/limen/gateway/auth"
+	"github.com/limenhq/limen/gateway/ca"
 	"github.com/limenhq/limen/gateway/identity"
 	"github.com/limenhq/limen/gateway/internal/apihttp"
 	"github.com/limenhq/limen/gateway/locks"
@@ -69,7 +69,7 @@ func (s *sink) last(typ audit.Type) (audit.Event, bool) {
 type env struct {
 	proxy  string
 	skew   atomic.Int64 // added to the handler's clock
-	ca     *auth.Authority
+	ca     *ca.Authority
 	store  *locks.Store
 	set    *locks.Set
 	reg    *sessions.Registry
@@ -81,7 +81,7 @@ func setup(t *testing.T) *env {
 	t.Helper()
 	dir := t.TempDir()
 	quiet := slog.New(slog.DiscardHandler)
-	ca, err := auth.Open(auth.Options{DataDir: dir, Logger: quiet})
+	authority, err := ca.Open(ca.Options{DataDir: dir, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,11 +89,11 @@ func setup(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{ca: ca, store: store, set: locks.NewSet(), audit: &sink{}, killed: make(chan sessions.Info, 4)}
+	e := &env{ca: authority, store: store, set: locks.NewSet(), audit: &sink{}, killed: make(chan sessions.Info, 4)}
 	e.reg = sessions.New(sessions.Config{Locks: e.set, Logger: quiet})
 	t.Cleanup(func() { e.reg.Close(); store.Close() })
 	h, err := adminapi.New(adminapi.Config{
-		LockStore: store, Locks: e.set, Sessions: e.reg, Admin: policy{}, Principal: ca.PrincipalFromRequest, Audit: e.audit,
+		LockStore: store, Locks: e.set, Sessions: e.reg, Admin: policy{}, Principal: authority.PrincipalFromRequest, Audit: e.audit,
 		Now:      func() time.Time { return time.Now().Add(time.Duration(e.skew.Load())) },
 		OnChange: func(_ context.Context, c locks.Change) { e.set.Apply(c) },
 		OnKill:   func(_ context.Context, i sessions.Info, _ identity.Principal) { e.killed <- i },
@@ -106,7 +106,7 @@ func setup(t *testing.T) *env {
 	mux.HandleFunc("/v1/", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusTeapot) })
 	h.Register(mux)
 	srv := httptest.NewUnstartedServer(mux)
-	srv.TLS = ca.ServerTLSConfig()
+	srv.TLS = authority.ServerTLSConfig()
 	srv.Config.ErrorLog = slog.NewLogLogger(slog.DiscardHandler, slog.LevelError)
 	srv.StartTLS()
 	t.Cleanup(srv.Close)

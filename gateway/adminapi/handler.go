@@ -48,7 +48,7 @@ type Config struct {
 	Sessions  SessionRegistry
 	Admin     AdminPolicy
 	// Principal returns the caller's verified certificate principal
-	// (auth.Authority.PrincipalFromRequest).
+	// (ca.Authority.PrincipalFromRequest).
 	Principal func(*http.Request) (identity.Principal, error)
 	// Audit records user.lock, user.unlock, session.kill and refusals.
 	Audit audit.Sink

@@ -93,19 +93,74 @@ type Denied struct {
 type Session struct {
 	// Kind is "kube" for Kubernetes streams.
 	Kind string `json:"kind"`
-	// Login is exec, attach or portforward.
+	// Login is what the stream is (sessions.Kind): exec, attach,
+	// portforward, watch, logs or proxy.
 	Login     string   `json:"login"`
 	Namespace string   `json:"namespace,omitempty"`
 	Pod       string   `json:"pod,omitempty"`
 	Container string   `json:"container,omitempty"`
 	Command   []string `json:"command,omitempty"`
 	Ports     []string `json:"ports,omitempty"`
+	// Target names what the stream is attached to, as `limen sessions ls`
+	// shows it: namespace/pod/container for exec, attach and logs,
+	// namespace/resource[/name] for a watch, resource/namespace/name for
+	// proxy.
+	Target string `json:"target,omitempty"`
 	// The rest is known only at session.end.
 	ExitCode        *int          `json:"exit_code,omitempty"`
 	BytesIn         int64         `json:"bytes_in,omitempty"`
 	BytesOut        int64         `json:"bytes_out,omitempty"`
 	Duration        time.Duration `json:"duration_ns,omitempty"`
 	RecordingSHA256 string        `json:"recording_sha256,omitempty"`
+	// EndReason says how the stream ended (one of the End… values).
+	EndReason string `json:"end_reason,omitempty"`
+	// EndDetail says it in words: the lock, the error.
+	EndDetail string `json:"end_detail,omitempty"`
+	// EndHop is the hop that saw the end first-hand (HopWorker: the relay
+	// or the worker's watchdog; HopProxy: the proxy ended the session, by
+	// a lock, kill, expiry or shutdown, and the worker saw only its side
+	// close).
+	EndHop string `json:"end_hop,omitempty"`
+}
+
+// How a stream ended, as session.end's end_reason says. The first seven are
+// the relay's own findings; the rest name an end from outside the stream,
+// in the words of the session registry (gateway/sessions).
+const (
+	// EndCompleted: the API server ended the stream in good order (for exec
+	// and attach, after the command's exit status).
+	EndCompleted = "completed"
+	// EndTruncated: the API server's bytes stopped inside a frame or before
+	// the exit status; the client was told the stream failed.
+	EndTruncated = "truncated"
+	// EndUpstreamReset: the connection to the API server failed (a reset)
+	// before the stream was complete; the client was told it failed.
+	EndUpstreamReset = "upstream_reset"
+	// EndClientClosed: the user hung up before the API server ended.
+	EndClientClosed = "client_closed"
+	// EndDecodeFailed: the stream could not be decoded, so Limen ended it.
+	EndDecodeFailed = "decode_failed"
+	// EndRecordFailed: the recording could not be written, so Limen ended it.
+	EndRecordFailed = "record_failed"
+	// EndRecordingCap: the recording reached the worker's cap
+	// (--recording-max-bytes), so Limen ended the stream.
+	EndRecordingCap = "recording_cap"
+	EndLocked       = "locked"
+	EndKilled       = "killed"
+	EndExpired      = "expired"
+	EndShutdown     = "shutdown"
+	// EndTunnelClosed: the tunnel between proxy and worker went away.
+	EndTunnelClosed = "tunnel_closed"
+	EndError        = "error"
+	// EndNotStarted: the API server answered without opening the stream
+	// (the request's kube.request has its status); nothing ran.
+	EndNotStarted = "not_started"
+)
+
+var endReasons = map[string]bool{
+	EndCompleted: true, EndTruncated: true, EndUpstreamReset: true, EndClientClosed: true,
+	EndDecodeFailed: true, EndRecordFailed: true, EndRecordingCap: true, EndLocked: true, EndKilled: true,
+	EndExpired: true, EndShutdown: true, EndTunnelClosed: true, EndError: true, EndNotStarted: true,
 }
 
 // Sink accepts events. Emit returns nil only once e is durably recorded; an
@@ -160,6 +215,12 @@ func (e Event) validate() error {
 	case TypeSessionStart, TypeSessionEnd:
 		if e.Session == nil || e.Session.Kind == "" || e.Session.Login == "" {
 			return errors.New("session kind and login are required")
+		}
+		if r := e.Session.EndReason; r != "" && (e.Type == TypeSessionStart || !endReasons[r]) {
+			return fmt.Errorf("end_reason %q is not a known end of a %s", clip(r), e.Type)
+		}
+		if h := e.Session.EndHop; h != "" && (e.Type == TypeSessionStart || h != HopProxy && h != HopWorker) {
+			return fmt.Errorf("end_hop %q is not a hop that ends a %s", clip(h), e.Type)
 		}
 	}
 	return nil

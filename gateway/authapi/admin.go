@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/limenhq/limen/gateway/audit"
-	"github.com/limenhq/limen/gateway/auth"
+	"github.com/limenhq/limen/gateway/ca"
 	"github.com/limenhq/limen/gateway/enroll"
 	"github.com/limenhq/limen/gateway/identity"
 	"github.com/limenhq/limen/gateway/internal/apihttp"
@@ -89,7 +89,7 @@ func (h *Handler) createToken(w http.ResponseWriter, r *http.Request, p identity
 			return
 		}
 	}
-	if err := auth.ValidClusterName(req.Cluster); err != nil {
+	if err := ca.ValidClusterName(req.Cluster); err != nil {
 		apihttp.WriteError(w, http.StatusBadRequest, err.Error())
 		return
 	}

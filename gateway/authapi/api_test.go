@@ -16,8 +16,8 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/limenhq/limen/gateway/audit"
-	"github.com/limenhq/limen/gateway/auth"
 	"github.com/limenhq/limen/gateway/authapi"
+	"github.com/limenhq/limen/gateway/ca"
 	"github.com/limenhq/limen/gateway/enroll"
 	"github.com/limenhq/limen/gateway/identity"
 	"github.com/limenhq/limen/gateway/locks"
@@ -41,7 +41,7 @@ func (f fakeWorkers) Connected(c string) bool { return f[c] }
 
 type env struct {
 	proxy  string
-	ca     *auth.Authority
+	ca     *ca.Authority
 	users  *users.Store
 	tokens *enroll.TokenStore
 	audit  *audit.Store
@@ -56,7 +56,7 @@ func setup(t *testing.T) *env {
 	e := &env{now: &atomic.Int64{}}
 	e.now.Store(time.Now().Unix())
 	var err error
-	if e.ca, err = auth.Open(auth.Options{DataDir: dir, Logger: quiet}); err != nil {
+	if e.ca, err = ca.Open(ca.Options{DataDir: dir, Logger: quiet}); err != nil {
 		t.Fatal(err)
 	}
 	if e.users, err = users.Open(filepath.Join(dir, users.FileName), users.Options{Cost: bcrypt.MinCost}); err != nil {
@@ -154,7 +154,7 @@ func TestLoginRefusals(t *testing.T) {
 	if !isStatus(errWrong, 401) || errWrong.Error() != errUnknown.Error() {
 		t.Fatalf("wrong password %q vs unknown user %q: must be the same 401", errWrong, errUnknown)
 	}
-	other, _ := auth.Open(auth.Options{DataDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler)})
+	other, _ := ca.Open(ca.Options{DataDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler)})
 	_, err := p.Login(ctx, profile.LoginRequest{User: "alice", Password: "alice-password", Trust: profile.Trust{Fingerprint: other.Fingerprint()}})
 	if err == nil || !strings.Contains(err.Error(), "pinned fingerprint") {
 		t.Fatalf("wrong CA pin: %v", err)
@@ -247,7 +247,7 @@ func TestEnrollment(t *testing.T) {
 		t.Fatalf("whoami with a worker certificate: %s", resp.Status)
 	}
 	// A token pinning another CA never reaches the proxy's endpoint.
-	other, _ := auth.Open(auth.Options{DataDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler)})
+	other, _ := ca.Open(ca.Options{DataDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler)})
 	wrong, _ := enroll.NewToken(other.Fingerprint())
 	if _, err := enroll.Enroll(ctx, enroll.Options{Proxy: e.proxy, Cluster: "prod", Token: wrong.String(), DataDir: t.TempDir()}); err == nil ||
 		!strings.Contains(err.Error(), "pinned fingerprint") {
@@ -258,7 +258,7 @@ func TestEnrollment(t *testing.T) {
 func TestHostileRequests(t *testing.T) {
 	e := setup(t)
 	host := "https://" + e.proxy
-	client := &http.Client{Transport: &http.Transport{TLSClientConfig: auth.PinnedTLSConfig("127.0.0.1", e.ca.Fingerprint())}}
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: ca.PinnedTLSConfig("127.0.0.1", e.ca.Fingerprint())}}
 	json := "application/json"
 	for _, tt := range []struct {
 		path, ctype, body string

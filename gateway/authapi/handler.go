@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/limenhq/limen/gateway/audit"
-	"github.com/limenhq/limen/gateway/auth"
+	"github.com/limenhq/limen/gateway/ca"
 	"github.com/limenhq/limen/gateway/enroll"
 	"github.com/limenhq/limen/gateway/identity"
 	"github.com/limenhq/limen/gateway/internal/apihttp"
@@ -40,7 +40,7 @@ type AdminPolicy = apihttp.AdminPolicy
 // Config holds the handler's dependencies. CA, Users, Tokens, Clusters,
 // Admin, Locks and Audit are required.
 type Config struct {
-	CA       *auth.Authority
+	CA       *ca.Authority
 	Users    *users.Store
 	Tokens   *enroll.TokenStore
 	Clusters ClusterPolicy

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/limenhq/limen/gateway/audit"
-	"github.com/limenhq/limen/gateway/auth"
+	"github.com/limenhq/limen/gateway/ca"
 	"github.com/limenhq/limen/gateway/enroll"
 	"github.com/limenhq/limen/gateway/identity"
 	"github.com/limenhq/limen/gateway/internal/apihttp"
@@ -19,7 +19,7 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 	if !apihttp.Decode(w, r, &req) {
 		return
 	}
-	csr, err := auth.ParseCSR([]byte(req.CSR))
+	csr, err := ca.ParseCSR([]byte(req.CSR))
 	if err != nil {
 		apihttp.WriteError(w, http.StatusBadRequest, err.Error())
 		return
@@ -59,7 +59,7 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 		apihttp.WriteError(w, http.StatusServiceUnavailable, "audit unavailable: try again later")
 		return
 	}
-	apihttp.WriteJSON(w, http.StatusOK, LoginResponse{Certificate: string(auth.CertPEM(cert.Raw)), CA: string(h.cfg.CA.RootPEM()),
+	apihttp.WriteJSON(w, http.StatusOK, LoginResponse{Certificate: string(ca.CertPEM(cert.Raw)), CA: string(h.cfg.CA.RootPEM()),
 		Principal: p, Expires: cert.NotAfter.UTC()})
 }
 
@@ -95,17 +95,17 @@ func (h *Handler) enroll(w http.ResponseWriter, r *http.Request) {
 		apihttp.WriteError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	if err := auth.ValidClusterName(req.Cluster); err != nil {
+	if err := ca.ValidClusterName(req.Cluster); err != nil {
 		apihttp.WriteError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	csr, err := auth.ParseCSR([]byte(req.CSR))
+	csr, err := ca.ParseCSR([]byte(req.CSR))
 	if err != nil {
 		apihttp.WriteError(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	// Check the key before spending the token.
-	if err := auth.CheckPublicKey(csr.PublicKey); err != nil {
+	if err := ca.CheckPublicKey(csr.PublicKey); err != nil {
 		apihttp.WriteError(w, http.StatusBadRequest, err.Error())
 		return
 	}
@@ -125,7 +125,7 @@ func (h *Handler) enroll(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	apihttp.WriteJSON(w, http.StatusOK, enroll.Response{
-		Certificate:    string(auth.CertPEM(cert.Raw, h.cfg.CA.WorkerIssuer().Raw)),
+		Certificate:    string(ca.CertPEM(cert.Raw, h.cfg.CA.WorkerIssuer().Raw)),
 		CA:             string(h.cfg.CA.RootPEM()),
 		GrantPublicKey: string(enroll.GrantPublicKeyPEM(h.cfg.CA.GrantPublicKey())),
 	})

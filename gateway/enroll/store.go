@@ -12,7 +12,7 @@ import (
 	_ "modernc.org/sqlite" // database/sql driver "sqlite"
 
 	"github.com/limenhq/limen/gateway/audit"
-	"github.com/limenhq/limen/gateway/auth"
+	"github.com/limenhq/limen/gateway/ca"
 	"github.com/limenhq/limen/gateway/identity"
 )
 
@@ -109,7 +109,7 @@ func (s *TokenStore) Close() error { return s.db.Close() }
 // Create makes a token for cluster, valid for ttl (0: DefaultTokenTTL), on
 // behalf of creator, carrying the CA fingerprint fp.
 func (s *TokenStore) Create(ctx context.Context, cluster string, ttl time.Duration, fp string, creator identity.Principal) (Token, TokenInfo, error) {
-	if err := auth.ValidClusterName(cluster); err != nil {
+	if err := ca.ValidClusterName(cluster); err != nil {
 		return Token{}, TokenInfo{}, err
 	}
 	if ttl == 0 {

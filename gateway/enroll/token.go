@@ -17,7 +17,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/limenhq/limen/gateway/auth"
+	"github.com/limenhq/limen/gateway/ca"
 )
 
 const tokenPrefix = "lj1"
@@ -36,7 +36,7 @@ type Token struct {
 
 // NewToken makes a token for the CA with fingerprint fp.
 func NewToken(fp string) (Token, error) {
-	canon, err := auth.ParseFingerprint(fp)
+	canon, err := ca.ParseFingerprint(fp)
 	if err != nil {
 		return Token{}, err
 	}
@@ -50,7 +50,7 @@ func NewToken(fp string) (Token, error) {
 // String is the token as printed and pasted.
 func (t Token) String() string {
 	return tokenPrefix + "." + base64.RawURLEncoding.EncodeToString(t.Secret[:]) + "." +
-		strings.TrimPrefix(t.CAFingerprint, auth.FingerprintPrefix)
+		strings.TrimPrefix(t.CAFingerprint, ca.FingerprintPrefix)
 }
 
 // ID is a short public name for the token (audit, listings); it reveals
@@ -83,7 +83,7 @@ func ParseToken(s string) (Token, error) {
 	if len(parts[2]) != 64 || strings.ToLower(parts[2]) != parts[2] {
 		return Token{}, ErrMalformedToken
 	}
-	fp, err := auth.ParseFingerprint(parts[2])
+	fp, err := ca.ParseFingerprint(parts[2])
 	if err != nil {
 		return Token{}, ErrMalformedToken
 	}

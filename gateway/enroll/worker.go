@@ -15,7 +15,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/limenhq/limen/gateway/auth"
+	"github.com/limenhq/limen/gateway/ca"
 	"github.com/limenhq/limen/gateway/internal/apihttp"
 )
 
@@ -96,18 +96,18 @@ func Enroll(ctx context.Context, o Options) (*WorkerIdentity, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := auth.ValidClusterName(o.Cluster); err != nil {
+	if err := ca.ValidClusterName(o.Cluster); err != nil {
 		return nil, err
 	}
 	host, _, err := net.SplitHostPort(o.Proxy)
 	if err != nil {
 		return nil, fmt.Errorf("proxy address %q: want HOST:PORT", o.Proxy)
 	}
-	key, err := auth.NewKey()
+	key, err := ca.NewKey()
 	if err != nil {
 		return nil, err
 	}
-	csr, err := auth.NewCSR(key, "worker:"+o.Cluster)
+	csr, err := ca.NewCSR(key, "worker:"+o.Cluster)
 	if err != nil {
 		return nil, err
 	}
@@ -116,12 +116,12 @@ func Enroll(ctx context.Context, o Options) (*WorkerIdentity, error) {
 		timeout = 30 * time.Second
 	}
 	client := apihttp.Client{Proxy: o.Proxy, HTTP: &http.Client{Timeout: timeout,
-		Transport: &http.Transport{TLSClientConfig: auth.PinnedTLSConfig(host, tok.CAFingerprint), ForceAttemptHTTP2: true}}}
+		Transport: &http.Transport{TLSClientConfig: ca.PinnedTLSConfig(host, tok.CAFingerprint), ForceAttemptHTTP2: true}}}
 	var r Response
 	if err := client.Do(ctx, http.MethodPost, Path, Request{Token: tok.String(), Cluster: o.Cluster, CSR: string(csr)}, &r); err != nil {
 		return nil, fmt.Errorf("enroll with %s: %w", o.Proxy, err)
 	}
-	keyPEM, err := auth.KeyPEM(key)
+	keyPEM, err := ca.KeyPEM(key)
 	if err != nil {
 		return nil, err
 	}
@@ -129,7 +129,7 @@ func Enroll(ctx context.Context, o Options) (*WorkerIdentity, error) {
 	if err != nil {
 		return nil, fmt.Errorf("enroll with %s: %w", o.Proxy, err)
 	}
-	if auth.Fingerprint(w.CA) != tok.CAFingerprint {
+	if ca.Fingerprint(w.CA) != tok.CAFingerprint {
 		return nil, fmt.Errorf("enroll with %s: the proxy returned a CA other than the one the token pins", o.Proxy)
 	}
 	if err := save(o.DataDir, w, []byte(r.Certificate), keyPEM, []byte(r.CA), []byte(r.GrantPublicKey)); err != nil {
@@ -145,7 +145,7 @@ func parseIdentity(proxy, cluster string, certPEM, keyPEM, caPEM, grantPEM []byt
 	if err != nil {
 		return nil, fmt.Errorf("worker certificate and key: %w", err)
 	}
-	cas, err := auth.ParseCertsPEM(caPEM)
+	cas, err := ca.ParseCertsPEM(caPEM)
 	if err != nil {
 		return nil, fmt.Errorf("proxy CA: %w", err)
 	}
@@ -187,11 +187,11 @@ func parseIdentity(proxy, cluster string, certPEM, keyPEM, caPEM, grantPEM []byt
 
 func workerCluster(c *x509.Certificate) (string, error) {
 	for _, e := range c.Extensions {
-		if e.Id.Equal(auth.OIDWorkerCluster) {
-			return auth.DecodeWorkerCluster(e.Value)
+		if e.Id.Equal(ca.OIDWorkerCluster) {
+			return ca.DecodeWorkerCluster(e.Value)
 		}
 	}
-	return "", fmt.Errorf("%w: worker certificate has no cluster", auth.ErrBadExtension)
+	return "", fmt.Errorf("%w: worker certificate has no cluster", ca.ErrBadExtension)
 }
 
 // GrantPublicKeyPEM encodes the grant key as the proxy sends it.
@@ -224,7 +224,7 @@ func save(dataDir string, w *WorkerIdentity, certPEM, keyPEM, caPEM, grantPEM []
 		name string
 		data []byte
 	}{{fileKey, keyPEM}, {fileCA, caPEM}, {fileGrant, grantPEM}, {fileIdentity, meta}, {fileCert, certPEM}} {
-		if err := auth.WriteFileAtomic(filepath.Join(dir, f.name), f.data, 0o600); err != nil {
+		if err := ca.WriteFileAtomic(filepath.Join(dir, f.name), f.data, 0o600); err != nil {
 			return fmt.Errorf("store worker identity: %w", err)
 		}
 	}

@@ -21,7 +21,8 @@ type Set struct {
 	now      func() time.Time
 }
 
-type watcher struct{ ch chan Lock }
+// watcher is told of every lock set on its target, with s.mu held.
+type watcher struct{ notify func(Lock) }
 
 // NewSet returns an empty Set.
 func NewSet() *Set {
@@ -119,8 +120,25 @@ func (s *Set) Apply(c Change) {
 // channel holds at most one pending lock and is never closed. Call cancel
 // when done watching; it is idempotent.
 func (s *Set) Watch(p identity.Principal) (<-chan Lock, func()) {
+	ch := make(chan Lock, 1)
+	cancel := s.Notify(p, func(l Lock) {
+		select {
+		case ch <- l:
+		default: // a lock is pending already
+		}
+	})
+	return ch, cancel
+}
+
+// Notify calls f whenever a lock on p is set, and once before it returns if
+// p is locked already. It costs no goroutine, so a caller can watch every
+// request it serves. f runs with the set's writer lock held: it must return
+// quickly and must not call into the Set (cancelling a context is the
+// intended use). Call cancel when done; it is idempotent, and f is not
+// called once it has returned.
+func (s *Set) Notify(p identity.Principal, f func(Lock)) (cancel func()) {
 	t := TargetOf(p)
-	w := &watcher{ch: make(chan Lock, 1)}
+	w := &watcher{notify: f}
 	s.mu.Lock()
 	ws := s.watchers[t]
 	if ws == nil {
@@ -129,11 +147,11 @@ func (s *Set) Watch(p identity.Principal) (<-chan Lock, func()) {
 	}
 	ws[w] = struct{}{}
 	if l, ok := (*s.locks.Load())[t]; ok && l.Active(s.now()) {
-		w.ch <- l
+		f(l)
 	}
 	s.mu.Unlock()
 	var once sync.Once
-	return w.ch, func() {
+	return func() {
 		once.Do(func() {
 			s.mu.Lock()
 			defer s.mu.Unlock()
@@ -145,14 +163,10 @@ func (s *Set) Watch(p identity.Principal) (<-chan Lock, func()) {
 	}
 }
 
-// notifyLocked hands l to t's watchers without blocking: a watcher whose
-// channel is full has a lock pending already. s.mu is held.
+// notifyLocked tells t's watchers of l; s.mu is held.
 func (s *Set) notifyLocked(t Target, l Lock) {
 	for w := range s.watchers[t] {
-		select {
-		case w.ch <- l:
-		default:
-		}
+		w.notify(l)
 	}
 }
 

@@ -100,6 +100,34 @@ func TestWatchFiresOnSetAndWhenAlreadyLocked(t *testing.T) {
 	}
 }
 
+func TestNotifyCallsBackSynchronously(t *testing.T) {
+	s := NewSet()
+	var got []string
+	cancel := s.Notify(user("alice"), func(l Lock) { got = append(got, l.Reason) })
+	// Apply returns only after every callback ran: nothing to wait for.
+	s.Apply(Change{Op: OpSet, Lock: testLock("alice")})
+	s.Apply(Change{Op: OpSet, Lock: testLock("bob")})
+	if len(got) != 1 {
+		t.Fatalf("callbacks after alice's and bob's locks: %q, want alice's only", got)
+	}
+	// Already locked: called before Notify returns.
+	called := false
+	cancelLate := s.Notify(user("alice"), func(Lock) { called = true })
+	if !called {
+		t.Fatal("Notify on a locked principal did not call back at once")
+	}
+	cancel()
+	cancelLate()
+	cancel() // idempotent
+	s.Apply(Change{Op: OpSet, Lock: testLock("alice")})
+	if len(got) != 1 {
+		t.Fatalf("called back after cancel: %q", got)
+	}
+	if n := s.watching(TargetOf(user("alice"))); n != 0 {
+		t.Fatalf("%d watchers left after cancel", n)
+	}
+}
+
 func TestReplaceTellsWatchers(t *testing.T) {
 	s := NewSet()
 	ch, cancel := s.Watch(user("alice"))

@@ -29,10 +29,6 @@ type Ack struct {
 	Error      string `json:"error,omitempty"`
 }
 
-// IsMessage reports whether typ is a lock push (TypeList, TypeSet or
-// TypeRemove), for a worker's OnMessage switch.
-func IsMessage(typ string) bool { return typ == TypeList || typ == TypeSet || typ == TypeRemove }
-
 // ListMessage builds the full-snapshot push sent on connect.
 func ListMessage(all []Lock) (tunnel.Message, error) {
 	if all == nil {
@@ -93,7 +89,7 @@ func DecodeChange(m tunnel.Message) (Change, error) {
 	return c, nil
 }
 
-// HandleMessage applies a lock push (see IsMessage) to s and returns the
+// HandleMessage applies a lock push (TypeList, TypeSet or TypeRemove) to s and returns the
 // TypeAck reply to send back. A push that does not decode changes nothing;
 // its reply carries the error, which is also returned.
 func (s *Set) HandleMessage(m tunnel.Message) (tunnel.Message, error) {

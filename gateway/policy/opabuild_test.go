@@ -17,7 +17,7 @@ func TestOPABuildBundle(t *testing.T) {
 		t.Skip("runs go tool opa build")
 	}
 	if _, err := exec.LookPath("go"); err != nil {
-		t.Skip("no go command")
+		t.Fatalf("the go command is needed to run go tool opa build: %v", err)
 	}
 	src := t.TempDir()
 	for name, body := range defaultRego(t) {

@@ -10,7 +10,7 @@ import (
 	clientauthv1 "k8s.io/client-go/pkg/apis/clientauthentication/v1"
 	clientcmdv1 "k8s.io/client-go/tools/clientcmd/api/v1"
 
-	"github.com/limenhq/limen/gateway/auth"
+	"github.com/limenhq/limen/gateway/ca"
 )
 
 // ExecAPIVersion is the exec credential API the plugin speaks.
@@ -32,10 +32,10 @@ type Plugin struct {
 // WriteKubeconfig writes a JSON kubeconfig for cluster whose only credential
 // is the exec plugin, and returns its path.
 func (p *Profile) WriteKubeconfig(cluster string, plugin Plugin) (string, error) {
-	if err := auth.ValidClusterName(cluster); err != nil {
+	if err := ca.ValidClusterName(cluster); err != nil {
 		return "", err
 	}
-	ca, err := p.CAPEM()
+	caPEM, err := p.CAPEM()
 	if err != nil {
 		return "", err
 	}
@@ -55,7 +55,7 @@ func (p *Profile) WriteKubeconfig(cluster string, plugin Plugin) (string, error)
 		APIVersion: "v1",
 		Clusters: []clientcmdv1.NamedCluster{{Name: name, Cluster: clientcmdv1.Cluster{
 			Server:                   "https://" + p.Proxy + "/k8s/" + cluster,
-			CertificateAuthorityData: ca,
+			CertificateAuthorityData: caPEM,
 		}}},
 		AuthInfos:      []clientcmdv1.NamedAuthInfo{{Name: name, AuthInfo: clientcmdv1.AuthInfo{Exec: exec}}},
 		Contexts:       []clientcmdv1.NamedContext{{Name: name, Context: clientcmdv1.Context{Cluster: name, AuthInfo: name}}},
@@ -69,7 +69,7 @@ func (p *Profile) WriteKubeconfig(cluster string, plugin Plugin) (string, error)
 		return "", err
 	}
 	path := p.KubeconfigPath(cluster)
-	if err := auth.WriteFileAtomic(path, append(data, '\n'), 0o600); err != nil {
+	if err := ca.WriteFileAtomic(path, append(data, '\n'), 0o600); err != nil {
 		return "", err
 	}
 	return path, nil

@@ -11,8 +11,8 @@ import (
 	"os"
 	"time"
 
-	"github.com/limenhq/limen/gateway/auth"
 	"github.com/limenhq/limen/gateway/authapi"
+	"github.com/limenhq/limen/gateway/ca"
 	"github.com/limenhq/limen/gateway/internal/apihttp"
 )
 
@@ -34,23 +34,23 @@ func (p *Profile) trustConfig(t Trust) (*tls.Config, func(caPEM []byte) ([]byte,
 	case t.CAFile != "" && t.Fingerprint != "":
 		return nil, nil, errors.New("give --ca-file or --ca-fingerprint, not both")
 	case t.Fingerprint != "":
-		fp, err := auth.ParseFingerprint(t.Fingerprint)
+		fp, err := ca.ParseFingerprint(t.Fingerprint)
 		if err != nil {
 			return nil, nil, err
 		}
-		return auth.PinnedTLSConfig(host, fp), func(caPEM []byte) ([]byte, error) {
-			certs, err := auth.ParseCertsPEM(caPEM)
-			if err != nil || auth.FindPinned(certs, fp) == nil {
+		return ca.PinnedTLSConfig(host, fp), func(caPEM []byte) ([]byte, error) {
+			certs, err := ca.ParseCertsPEM(caPEM)
+			if err != nil || ca.FindPinned(certs, fp) == nil {
 				return nil, fmt.Errorf("the proxy returned a CA that does not match the pinned fingerprint %s", fp)
 			}
-			return auth.CertPEM(auth.FindPinned(certs, fp).Raw), nil
+			return ca.CertPEM(ca.FindPinned(certs, fp).Raw), nil
 		}, nil
 	case t.CAFile != "":
 		data, err := os.ReadFile(t.CAFile)
 		if err != nil {
 			return nil, nil, fmt.Errorf("ca-file: %w", err)
 		}
-		if _, err := auth.ParseCertsPEM(data); err != nil {
+		if _, err := ca.ParseCertsPEM(data); err != nil {
 			return nil, nil, fmt.Errorf("ca-file %s: %w", t.CAFile, err)
 		}
 		cfg, err := tlsWithRoots(host, data)
@@ -68,7 +68,7 @@ func (p *Profile) trustConfig(t Trust) (*tls.Config, func(caPEM []byte) ([]byte,
 func tlsWithRoots(host string, caPEM []byte) (*tls.Config, error) {
 	cfg := &tls.Config{MinVersion: tls.VersionTLS13, ServerName: host}
 	if caPEM != nil {
-		certs, err := auth.ParseCertsPEM(caPEM)
+		certs, err := ca.ParseCertsPEM(caPEM)
 		if err != nil {
 			return nil, fmt.Errorf("stored proxy CA: %w", err)
 		}
@@ -121,11 +121,11 @@ func (p *Profile) Login(ctx context.Context, req LoginRequest) (*authapi.LoginRe
 	if err != nil {
 		return nil, err
 	}
-	key, err := auth.NewKey()
+	key, err := ca.NewKey()
 	if err != nil {
 		return nil, err
 	}
-	csr, err := auth.NewCSR(key, req.User)
+	csr, err := ca.NewCSR(key, req.User)
 	if err != nil {
 		return nil, err
 	}
@@ -138,22 +138,22 @@ func (p *Profile) Login(ctx context.Context, req LoginRequest) (*authapi.LoginRe
 	if err != nil {
 		return nil, fmt.Errorf("login to %s: %w", p.Proxy, err)
 	}
-	certs, err := auth.ParseCertsPEM([]byte(resp.Certificate))
+	certs, err := ca.ParseCertsPEM([]byte(resp.Certificate))
 	if err != nil {
 		return nil, fmt.Errorf("login to %s: certificate: %w", p.Proxy, err)
 	}
 	if !key.PublicKey.Equal(certs[0].PublicKey) {
 		return nil, fmt.Errorf("login to %s: the proxy returned a certificate for another key", p.Proxy)
 	}
-	ca, err := caToStore([]byte(resp.CA))
+	caPEM, err := caToStore([]byte(resp.CA))
 	if err != nil {
 		return nil, err
 	}
-	keyPEM, err := auth.KeyPEM(key)
+	keyPEM, err := ca.KeyPEM(key)
 	if err != nil {
 		return nil, err
 	}
-	if err := p.SaveCredentials(keyPEM, []byte(resp.Certificate), ca); err != nil {
+	if err := p.SaveCredentials(keyPEM, []byte(resp.Certificate), caPEM); err != nil {
 		return nil, err
 	}
 	return &resp, nil

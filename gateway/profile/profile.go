@@ -18,7 +18,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/limenhq/limen/gateway/auth"
+	"github.com/limenhq/limen/gateway/ca"
 	"github.com/limenhq/limen/gateway/identity"
 )
 
@@ -110,14 +110,14 @@ func (p *Profile) SaveCredentials(keyPEM, certPEM, caPEM []byte) error {
 		return err
 	}
 	if caPEM != nil {
-		if err := auth.WriteFileAtomic(p.path(FileCA), caPEM, 0o600); err != nil {
+		if err := ca.WriteFileAtomic(p.path(FileCA), caPEM, 0o600); err != nil {
 			return err
 		}
 	}
-	if err := auth.WriteFileAtomic(p.path(FileKey), keyPEM, 0o600); err != nil {
+	if err := ca.WriteFileAtomic(p.path(FileKey), keyPEM, 0o600); err != nil {
 		return err
 	}
-	return auth.WriteFileAtomic(p.path(FileCert), certPEM, 0o600)
+	return ca.WriteFileAtomic(p.path(FileCert), certPEM, 0o600)
 }
 
 // Logout removes the key and certificate; the CA and kubeconfigs stay so
@@ -175,7 +175,7 @@ func (p *Profile) parseCredentials(keyPEM, certPEM []byte, now time.Time) (*Cred
 	if !now.Before(pair.Leaf.NotAfter) {
 		return c, fmt.Errorf("%w at %s: run limen login --proxy %s", ErrExpired, pair.Leaf.NotAfter.Local().Format(time.RFC3339), p.Proxy)
 	}
-	if c.Principal, err = auth.PrincipalOfCert(pair.Leaf); err != nil {
+	if c.Principal, err = ca.PrincipalOfCert(pair.Leaf); err != nil {
 		return nil, fmt.Errorf("certificate in %s: %v: run limen login --proxy %s", p.Dir, err, p.Proxy)
 	}
 	return c, nil
@@ -239,7 +239,7 @@ func SetCurrent(home, proxy string) error {
 	if err := os.MkdirAll(home, 0o700); err != nil {
 		return err
 	}
-	return auth.WriteFileAtomic(filepath.Join(home, fileCurrent), []byte(proxy+"\n"), 0o600)
+	return ca.WriteFileAtomic(filepath.Join(home, fileCurrent), []byte(proxy+"\n"), 0o600)
 }
 
 // Current returns the proxy of the last login.

@@ -9,7 +9,7 @@ import (
 
 	"log/slog"
 
-	"github.com/limenhq/limen/gateway/auth"
+	"github.com/limenhq/limen/gateway/ca"
 	"github.com/limenhq/limen/gateway/identity"
 )
 
@@ -56,24 +56,24 @@ func TestCurrentHostile(t *testing.T) {
 
 // stored logs in without a network: a certificate from a real CA for a
 // fresh key, saved in a new profile.
-func stored(t *testing.T, skew time.Duration) (*Profile, *auth.Authority) {
+func stored(t *testing.T, skew time.Duration) (*Profile, *ca.Authority) {
 	t.Helper()
-	ca, err := auth.Open(auth.Options{DataDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler),
+	authority, err := ca.Open(ca.Options{DataDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler),
 		Now: func() time.Time { return time.Now().Add(skew) }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	key, _ := auth.NewKey()
-	cert, err := ca.IssueUser(key.Public(), identity.Principal{Kind: identity.KindUser, Name: "alice"}, 0)
+	key, _ := ca.NewKey()
+	cert, err := authority.IssueUser(key.Public(), identity.Principal{Kind: identity.KindUser, Name: "alice"}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	p, _ := Open(filepath.Join(t.TempDir(), "home"), "127.0.0.1:8443")
-	keyPEM, _ := auth.KeyPEM(key)
-	if err := p.SaveCredentials(keyPEM, auth.CertPEM(cert.Raw), ca.RootPEM()); err != nil {
+	keyPEM, _ := ca.KeyPEM(key)
+	if err := p.SaveCredentials(keyPEM, ca.CertPEM(cert.Raw), authority.RootPEM()); err != nil {
 		t.Fatal(err)
 	}
-	return p, ca
+	return p, authority
 }
 
 func TestCredentialsHostileFiles(t *testing.T) {
@@ -95,8 +95,8 @@ func TestCredentialsHostileFiles(t *testing.T) {
 		{"huge cert", func(p *Profile) { os.WriteFile(p.path(FileCert), make([]byte, 70<<10), 0o600) }, "64 KiB"},
 		{"garbage cert", func(p *Profile) { os.WriteFile(p.path(FileCert), []byte("hello"), 0o600) }, "damaged"},
 		{"key of another cert", func(p *Profile) {
-			k, _ := auth.NewKey()
-			b, _ := auth.KeyPEM(k)
+			k, _ := ca.NewKey()
+			b, _ := ca.KeyPEM(k)
 			os.WriteFile(p.path(FileKey), b, 0o600)
 		}, "damaged"},
 		{"profile dir is a file", func(p *Profile) { os.RemoveAll(p.Dir); os.WriteFile(p.Dir, nil, 0o600) }, "not a directory"},

@@ -2,6 +2,12 @@
 // client certificate, asks the policy which groups the user may assume on
 // the target cluster, signs a grant and relays the request over a tunnel
 // stream to a worker of that cluster.
+//
+// Kube.ServeHTTP (kube.go) is the request path; relay.go carries the request
+// over the tunnel stream and relays the response or the upgraded stream.
+// New (new.go) assembles the whole proxy from a Config; port.go is its one
+// TLS port, and control.go its side of the workers' control streams
+// (session events, recording chunks, lock pushes).
 package proxy
 
 import (
@@ -13,16 +19,17 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/limenhq/limen/gateway/audit"
 	"github.com/limenhq/limen/gateway/grant"
 	"github.com/limenhq/limen/gateway/identity"
+	"github.com/limenhq/limen/gateway/impersonate"
 	"github.com/limenhq/limen/gateway/kpath"
-	"github.com/limenhq/limen/gateway/kreq"
+	"github.com/limenhq/limen/gateway/kstatus"
 	"github.com/limenhq/limen/gateway/policy"
+	"github.com/limenhq/limen/gateway/reqinfo"
 	"github.com/limenhq/limen/gateway/sessions"
 	"github.com/limenhq/limen/gateway/tunnel"
 )
@@ -42,10 +49,12 @@ type LockChecker interface {
 	Check(p identity.Principal, now time.Time) error
 }
 
-// Registrar tracks long-lived streams so that lock, kill and grant expiry
-// can end them.
+// Registrar puts responses under the session watchdog, so that lock, kill
+// and grant expiry can end them (sessions.Registry.Track), and tells how a
+// session ended (Get).
 type Registrar interface {
-	Register(ctx context.Context, s sessions.Session) (*sessions.Live, error)
+	Track(ctx context.Context, s sessions.Session) (*sessions.Live, error)
+	Get(id string) (sessions.Info, bool)
 }
 
 // Authenticator turns a request's verified client certificate into a
@@ -60,7 +69,7 @@ type Kube struct {
 	Audit        audit.Sink
 	GrantKey     ed25519.PrivateKey
 	// Locks and Sessions are optional; without them nobody is locked and
-	// streams are not tracked.
+	// responses are not tracked.
 	Locks    LockChecker
 	Sessions Registrar
 	// Clusters returns the labels the policy sees for a cluster name; an
@@ -84,7 +93,7 @@ const DefaultGrantTTL = 8 * time.Hour
 // ServeHTTP handles one Kubernetes request.
 func (k *Kube) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// Identity headers go first, before anything reads the request.
-	kreq.StripIdentity(r.Header)
+	impersonate.StripIdentity(r.Header)
 	now := k.Now()
 	cluster, path, err := kpath.FromRequest(r)
 	if err != nil {
@@ -140,7 +149,7 @@ func (k *Kube) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, http.StatusBadGateway, "Limen could not reach the worker: "+err.Error())
 		return
 	}
-	ctx = context.WithValue(ctx, relayKey{}, &relayState{conn: stream, token: token, session: sid, sink: k.Audit, path: path, live: live})
+	ctx = context.WithValue(ctx, relayKey{}, &relayState{conn: stream, token: token, session: sid, sink: k.Audit, path: path, live: live, w: w})
 	k.relayProxy().ServeHTTP(w, r.WithContext(ctx))
 }
 
@@ -164,36 +173,25 @@ func (k *Kube) sign(r *http.Request, p identity.Principal, groups []string, clus
 	return token, sid, exp, err
 }
 
-// track registers a long-lived stream (exec, attach, port-forward, watch,
-// logs -f) and returns the context that ends when the session is locked,
-// killed or expires. Short requests are not tracked.
+// track puts the response under the session watchdog and returns the
+// context that ends when it is locked, killed or expires. A stream
+// (sessions.Classify) is listed as a session; every other response is only
+// guarded.
 func (k *Kube) track(r *http.Request, path kpath.Path, s sessions.Session) (context.Context, *sessions.Live, error) {
-	if k.Sessions == nil || !mayStream(r) {
+	if k.Sessions == nil {
 		return r.Context(), nil, nil
 	}
-	info, err := kreq.Classify(r, path)
-	if err != nil {
-		return r.Context(), nil, nil // the worker answers 400
+	// A request the classifier cannot read is guarded only; the worker
+	// answers it 400.
+	if info, err := reqinfo.Classify(r, path); err == nil {
+		st := sessions.Classify(r, info)
+		s.Kind, s.Target = st.Kind, st.Target
 	}
-	kind, target, ok := sessions.KindOf(info, r.URL.Query())
-	if !ok {
-		return r.Context(), nil, nil
-	}
-	s.Kind, s.Target = kind, target
-	live, err := k.Sessions.Register(r.Context(), s)
+	live, err := k.Sessions.Track(r.Context(), s)
 	if err != nil {
 		return nil, nil, err
 	}
 	return live.Context(), live, nil
-}
-
-// mayStream is a cheap test that keeps classification off the path of
-// ordinary requests: every kind sessions.KindOf accepts is an upgrade (exec,
-// attach, port-forward), a watch (?watch= or /watch/) or a followed log.
-func mayStream(r *http.Request) bool {
-	q := r.URL.RawQuery
-	return r.Header.Get("Upgrade") != "" || strings.Contains(q, "watch=") || strings.Contains(q, "follow=") ||
-		strings.Contains(r.URL.Path, "/watch/")
 }
 
 func (k *Kube) untrack(r *http.Request, live *sessions.Live) {
@@ -210,23 +208,18 @@ func (k *Kube) untrack(r *http.Request, live *sessions.Live) {
 // denied records a refusal at the proxy. A refusal that cannot be audited
 // is still a refusal, so the error is only logged.
 func (k *Kube) denied(r *http.Request, p identity.Principal, cluster, reason string) {
-	// The path as the client sent it, without the query, clipped.
-	raw, _, _ := strings.Cut(r.RequestURI, "?")
-	if len(raw) > 1024 {
-		raw = raw[:1024]
-	}
 	ev := audit.Event{
 		Type: audit.TypeAuthDenied, Time: k.Now(), Principal: p, Cluster: cluster, ClientAddr: r.RemoteAddr,
-		Denied: &audit.Denied{Hop: audit.HopProxy, Reason: reason, Path: strings.ToValidUTF8(raw, "\uFFFD")},
+		Denied: &audit.Denied{Hop: audit.HopProxy, Reason: reason, Path: audit.RequestPath(r.RequestURI)},
 	}
 	if err := k.Audit.Emit(r.Context(), ev); err != nil {
 		k.Logger.Error("audit auth.denied", "err", err, "reason", reason)
 	}
 }
 
-// writeStatus answers the request itself (kreq.Refusal).
+// writeStatus answers the request itself (kstatus.Refusal).
 func writeStatus(w http.ResponseWriter, code int, msg string) {
-	h, body := kreq.Refusal(code, msg)
+	h, body := kstatus.Refusal(code, msg)
 	for k, v := range h {
 		w.Header()[k] = v
 	}

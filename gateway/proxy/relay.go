@@ -9,11 +9,13 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"strings"
 	"sync"
 
 	"github.com/limenhq/limen/gateway/audit"
 	"github.com/limenhq/limen/gateway/grant"
 	"github.com/limenhq/limen/gateway/kpath"
+	"github.com/limenhq/limen/gateway/relay"
 	"github.com/limenhq/limen/gateway/sessions"
 )
 
@@ -27,11 +29,17 @@ type relayState struct {
 	sink    audit.Sink
 	path    kpath.Path     // below /k8s/CLUSTER
 	live    *sessions.Live // nil for short requests
+	// w is the client's ResponseWriter, hijacked for an upgrade.
+	w http.ResponseWriter
 }
 
 // errAuditUnavailable marks a response dropped because its audit event could
 // not be stored: the user gets 503 and nothing of the response.
 var errAuditUnavailable = errors.New("audit trail unavailable")
+
+// errUpgraded tells the ErrorHandler that ModifyResponse relayed an
+// upgraded connection to its end: there is nothing left to answer.
+var errUpgraded = errors.New("upgraded connection relayed")
 
 func (k *Kube) relayProxy() *httputil.ReverseProxy {
 	k.relayOnce.Do(k.newRelay)
@@ -48,10 +56,14 @@ func (k *Kube) newRelay() {
 			st.path.SetURL(pr.Out.URL)
 			pr.Out.Host = "worker"
 		},
-		Transport:     streamTransport{},
-		FlushInterval: -1,
-		ErrorLog:      nil,
+		Transport:      streamTransport{},
+		FlushInterval:  -1,
+		ErrorLog:       nil,
+		ModifyResponse: k.relayUpgrade,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if errors.Is(err, errUpgraded) {
+				return
+			}
 			if errors.Is(err, errAuditUnavailable) {
 				k.Logger.Error("audit unavailable: response dropped", "err", err)
 				writeStatus(w, http.StatusServiceUnavailable, "Limen's audit trail is unavailable, so the response was dropped; try again later")
@@ -64,6 +76,47 @@ func (k *Kube) newRelay() {
 			writeStatus(w, http.StatusBadGateway, "the request to the Limen worker failed: "+err.Error())
 		},
 	}
+}
+
+// relayUpgrade relays a 101 from the worker in place of ReverseProxy,
+// which would close both connections as soon as one direction ends and so
+// cut the other: the client's connection is hijacked and relay.Run passes
+// each direction's end on as a half-close, closing both only when both are
+// done or the session ends (lock, kill, expiry, client gone). It returns
+// errUpgraded once the stream is over, and any other error before the
+// client's connection was taken, for the ErrorHandler to answer.
+func (k *Kube) relayUpgrade(resp *http.Response) error {
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		return nil
+	}
+	st := resp.Request.Context().Value(relayKey{}).(*relayState)
+	body, ok := resp.Body.(*streamBody)
+	if !ok {
+		return errors.New("internal error: 101 response without its tunnel stream")
+	}
+	want, got := resp.Request.Header.Get("Upgrade"), resp.Header.Get("Upgrade")
+	if !strings.EqualFold(want, got) || strings.ContainsFunc(got, func(r rune) bool { return r < ' ' || r > '~' }) {
+		return fmt.Errorf("the worker switched to protocol %q when %q was requested", got, want)
+	}
+	conn, brw, err := http.NewResponseController(st.w).Hijack()
+	if err != nil {
+		return fmt.Errorf("switch protocols: %w", err)
+	}
+	resp.Body = nil // so Write sends only the head
+	err = resp.Write(brw)
+	// ReverseProxy closes the body of a response ModifyResponse refused;
+	// the stream itself is closed by the relay.
+	resp.Body = http.NoBody
+	if err == nil {
+		err = brw.Flush()
+	}
+	if err != nil {
+		_ = conn.Close()
+		_ = body.Close()
+		return errUpgraded // the client is gone; nothing can be answered
+	}
+	relay.Run(resp.Request.Context(), relay.NetConn(conn, brw.Reader), body, relay.Copy, relay.Copy)
+	return errUpgraded
 }
 
 // streamTransport sends one request over its tunnel stream: the grant
@@ -140,6 +193,10 @@ func (b *streamBody) Write(p []byte) (int, error) {
 	}
 	return n, err
 }
+
+// CloseWrite half-closes the tunnel stream: the worker reads the end of
+// the client's bytes, and the worker's keep coming.
+func (b *streamBody) CloseWrite() error { return relay.CloseWrite(b.conn) }
 
 func (b *streamBody) Close() error {
 	var err error

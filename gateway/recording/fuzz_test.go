@@ -2,6 +2,7 @@ package recording
 
 import (
 	"bytes"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -39,7 +40,7 @@ func FuzzWriterUTF8(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte, cut uint8) {
 		k := int(cut) % (len(data) + 1)
 		var buf bytes.Buffer
-		w := newWriter(&buf, meta(), func() time.Time { return t0 })
+		w := newWriter(&buf, meta(), func() time.Time { return t0 }, DefaultMaxBytes)
 		for _, chunk := range [][]byte{data[:k], data[k:]} {
 			if err := w.Stdout(chunk); err != nil {
 				t.Fatal(err)
@@ -62,4 +63,48 @@ func replaceInvalid(p []byte) string {
 		p = p[n:]
 	}
 	return b.String()
+}
+
+// FuzzWriterCap feeds arbitrary output in arbitrary chunks to a Writer with
+// an arbitrary cap: the recording stays within the cap, parses, and records
+// exactly the chunks it accepted (so exactly what a relay would pass on).
+func FuzzWriterCap(f *testing.F) {
+	f.Add([]byte("hello\x01\xf0\x9f\x98\x80 world"), []byte{3, 1, 4, 1, 5}, uint16(40))
+	f.Add(bytes.Repeat([]byte("\xe2\x82"), 300), []byte{255, 7}, uint16(0))
+	f.Fuzz(func(t *testing.T, data, sizes []byte, extra uint16) {
+		var hb bytes.Buffer
+		if err := newWriter(&hb, meta(), func() time.Time { return t0 }, DefaultMaxBytes).Finish(); err != nil {
+			t.Fatal(err)
+		}
+		maxBytes := int64(hb.Len()) + reserve + int64(extra)
+		var buf bytes.Buffer
+		w := newWriter(&buf, meta(), func() time.Time { return t0 }, maxBytes)
+		var accepted []byte
+		cut := false
+		for i := 0; len(data) > 0; i++ {
+			n := len(data)
+			if len(sizes) > 0 {
+				n = min(n, int(sizes[i%len(sizes)])+1)
+			}
+			err := w.Stdout(data[:n])
+			switch {
+			case err == nil && !cut:
+				accepted = append(accepted, data[:n]...)
+			case errors.Is(err, ErrCapReached):
+				cut = true
+			default:
+				t.Fatalf("chunk %d: %v (cut %v)", i, err, cut)
+			}
+			data = data[n:]
+		}
+		if err := w.Finish(); err != nil {
+			t.Fatal(err)
+		}
+		if int64(buf.Len()) > maxBytes {
+			t.Fatalf("recording of %d bytes, cap %d", buf.Len(), maxBytes)
+		}
+		if got, want := output(t, buf.Bytes()), replaceInvalid(accepted); got != want {
+			t.Fatalf("output %q, want %q", got, want)
+		}
+	})
 }

@@ -2,6 +2,7 @@ package recording
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -62,20 +63,89 @@ func OpenSpool(dir string) (*Spool, error) {
 	return s, nil
 }
 
-// recover finishes a recording cut short: it is cut back to its last complete
-// line (a partial JSON line would make the file invalid) and committed.
+// recover finishes a recording cut short by a crash, without holding it in
+// memory however large it grew: it is cut back to its last complete line (a
+// partial JSON line would make the file invalid), a marker event says it was
+// recovered, and it is committed with its SHA-256 computed as it is read.
 func (s *Spool) recover(part string) error {
-	b, err := os.ReadFile(part)
+	f, err := os.OpenFile(part, os.O_RDWR, 0)
 	if err != nil {
 		return fmt.Errorf("spool recover: %w", err)
 	}
-	b = b[:bytes.LastIndexByte(b, '\n')+1]
-	if err := os.Truncate(part, int64(len(b))); err != nil {
-		return fmt.Errorf("spool recover: %w", err)
+	sum, err := recoverFile(f)
+	if cerr := f.Close(); err == nil && cerr != nil {
+		err = cerr
 	}
-	id := strings.TrimSuffix(filepath.Base(part), extCast+extPart)
-	sum := sha256.Sum256(b)
-	return s.finish(id, hex.EncodeToString(sum[:]))
+	if err != nil {
+		return fmt.Errorf("spool recover %s: %w", filepath.Base(part), err)
+	}
+	return s.finish(strings.TrimSuffix(filepath.Base(part), extCast+extPart), sum)
+}
+
+// partFile is what recoverFile needs of a recording in progress (an
+// *os.File).
+type partFile interface {
+	io.ReaderAt
+	io.WriterAt
+	Stat() (os.FileInfo, error)
+	Truncate(size int64) error
+	Sync() error
+}
+
+// recoverBlock is how much of a recording recovery reads at a time.
+const recoverBlock = 64 << 10
+
+// recoveredMarker ends a recording finished by recovery.
+var recoveredMarker = appendEvent(nil, 0, "m",
+	[]byte("Limen recovered this recording after the worker stopped: the session may have gone on past this point"))
+
+// recoverFile cuts f back to its last complete line, appends the recovery
+// marker (when a header survived) and returns the hex SHA-256 of the result.
+// It reads f in blocks of recoverBlock. (The marker may take a recording
+// already cut at its cap that one line past it.)
+func recoverFile(f partFile) (string, error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return "", err
+	}
+	end, err := lastLineEnd(f, fi.Size())
+	if err != nil {
+		return "", err
+	}
+	if err := f.Truncate(end); err != nil {
+		return "", err
+	}
+	if end > 0 {
+		if _, err := f.WriteAt(recoveredMarker, end); err != nil {
+			return "", err
+		}
+		end += int64(len(recoveredMarker))
+	}
+	if err := f.Sync(); err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	if _, err := io.CopyBuffer(h, io.NewSectionReader(f, 0, end), make([]byte, recoverBlock)); err != nil {
+		return "", fmt.Errorf("read back: %w", err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// lastLineEnd returns the offset just past the last newline among the first
+// size bytes of r, or 0 if there is none, reading backwards block by block.
+func lastLineEnd(r io.ReaderAt, size int64) (int64, error) {
+	buf := make([]byte, recoverBlock)
+	for off := size; off > 0; {
+		n := int(min(off, int64(len(buf))))
+		off -= int64(n)
+		if m, err := r.ReadAt(buf[:n], off); m < n {
+			return 0, fmt.Errorf("read at %d: %w", off, cmp.Or(err, io.ErrUnexpectedEOF))
+		}
+		if i := bytes.LastIndexByte(buf[:n], '\n'); i >= 0 {
+			return off + int64(i) + 1, nil
+		}
+	}
+	return 0, nil
 }
 
 func (s *Spool) path(id, ext string) (string, error) {
@@ -132,6 +202,19 @@ func (f *File) Commit() (Item, error) {
 		return Item{}, err
 	}
 	return Item{ID: f.id, Size: f.n, SHA256: sum}, nil
+}
+
+// Discard drops a recording that never recorded anything (its session
+// never started): the file is closed and removed, so nothing is uploaded.
+func (f *File) Discard() error {
+	cerr := f.f.Close()
+	if err := os.Remove(f.f.Name()); err != nil {
+		return fmt.Errorf("spool discard %s: %w", f.id, err)
+	}
+	if cerr != nil {
+		return fmt.Errorf("spool discard %s: %w", f.id, cerr)
+	}
+	return nil
 }
 
 // finish renames <id>.cast.part to <id>.cast after writing its checksum.
@@ -203,11 +286,30 @@ func (s *Spool) item(id, cast string) (Item, error) {
 	if err != nil {
 		return Item{}, fmt.Errorf("spool: %w", err)
 	}
-	b, err := os.ReadFile(cast + extSum)
+	sum, err := readSum(cast + extSum)
 	if err != nil {
 		return Item{}, fmt.Errorf("spool: checksum of %s: %w", id, err)
 	}
-	return Item{ID: id, Size: fi.Size(), SHA256: strings.TrimSpace(string(b))}, nil
+	return Item{ID: id, Size: fi.Size(), SHA256: sum}, nil
+}
+
+// readSum reads a checksum file: one hex SHA-256 and a newline. Anything
+// longer is not one of ours and is not read whole.
+func readSum(name string) (string, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, 2*sha256.Size+2))
+	if err != nil {
+		return "", err
+	}
+	sum := strings.TrimSpace(string(b))
+	if _, err := hex.DecodeString(sum); err != nil || len(sum) != 2*sha256.Size {
+		return "", fmt.Errorf("%s does not hold a hex SHA-256", filepath.Base(name))
+	}
+	return sum, nil
 }
 
 // Open opens a finished recording for upload.

@@ -1,6 +1,7 @@
 package recording
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -78,7 +79,8 @@ func TestSpoolLifecycle(t *testing.T) {
 }
 
 // TestSpoolRecoversCrashedRecording: a recording the worker was writing when
-// it died is kept, cut to its last complete line, and becomes pending.
+// it died is kept, cut to its last complete line, closed with a marker
+// saying it was recovered, and becomes pending.
 func TestSpoolRecoversCrashedRecording(t *testing.T) {
 	dir := t.TempDir()
 	s, err := OpenSpool(dir)
@@ -102,13 +104,44 @@ func TestSpoolRecoversCrashedRecording(t *testing.T) {
 	if err != nil || len(items) != 1 {
 		t.Fatalf("Pending = %+v, %v", items, err)
 	}
-	sum := sha256.Sum256([]byte(complete))
-	if items[0].SHA256 != hex.EncodeToString(sum[:]) || items[0].Size != int64(len(complete)) {
-		t.Errorf("recovered %+v, want the %d complete bytes", items[0], len(complete))
+	want := complete + `[0.000, "m", "Limen recovered this recording after the worker stopped: the session may have gone on past this point"]` + "\n"
+	sum := sha256.Sum256([]byte(want))
+	if items[0].SHA256 != hex.EncodeToString(sum[:]) || items[0].Size != int64(len(want)) {
+		t.Errorf("recovered %+v, want the %d complete bytes and the marker", items[0], len(complete))
 	}
 	b, _ := os.ReadFile(filepath.Join(dir, "crash.cast"))
+	if string(b) != want {
+		t.Errorf("recovered recording:\n%s\nwant:\n%s", b, want)
+	}
 	if err := readAll(strings.NewReader(string(b))); err != nil {
 		t.Errorf("recovered recording does not parse: %v", err)
+	}
+}
+
+// TestSpoolRecoversHeaderlessRecording: a recording cut before its header
+// line was complete is committed empty, with no marker (which would make it
+// a recording without a header).
+func TestSpoolRecoversHeaderlessRecording(t *testing.T) {
+	dir := t.TempDir()
+	s, err := OpenSpool(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := s.Create("early")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.WriteString(f, `{"version":3,"term":{"co`); err != nil {
+		t.Fatal(err)
+	}
+	s2, err := OpenSpool(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	items, err := s2.Pending()
+	empty := sha256.Sum256(nil)
+	if err != nil || len(items) != 1 || items[0].Size != 0 || items[0].SHA256 != hex.EncodeToString(empty[:]) {
+		t.Fatalf("Pending = %+v, %v; want one empty recording", items, err)
 	}
 }
 
@@ -124,5 +157,60 @@ func TestSpoolRejectsBadIDs(t *testing.T) {
 		if _, err := s.Open(id); err == nil {
 			t.Errorf("Open(%q) accepted", id)
 		}
+	}
+}
+
+// TestSpoolDiscard: a recording of a session that never started leaves
+// nothing behind, not even after a restart's recovery.
+func TestSpoolDiscard(t *testing.T) {
+	dir := t.TempDir()
+	s, err := OpenSpool(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := s.Create("never-started")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Discard(); err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, "*")); len(left) != 0 {
+		t.Fatalf("discarded recording left %v", left)
+	}
+	s2, err := OpenSpool(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if items, err := s2.Pending(); err != nil || len(items) != 0 {
+		t.Fatalf("after a restart: pending %+v, %v", items, err)
+	}
+	// The id is free again: nothing of it remains.
+	if f, err = s2.Create("never-started"); err != nil {
+		t.Fatal(err)
+	}
+	_ = f.Discard()
+}
+
+// TestSpoolRefusesForeignChecksum: a checksum file that is not one hex
+// SHA-256 (here 8 MiB of something else) is an error naming the recording,
+// and is not read whole.
+func TestSpoolRefusesForeignChecksum(t *testing.T) {
+	dir := t.TempDir()
+	s, err := OpenSpool(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "odd.cast"), []byte(validHeader), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "odd.cast.sha256"), bytes.Repeat([]byte("f"), 8<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Pending(); err == nil || !strings.Contains(err.Error(), "odd") {
+		t.Errorf("Pending with a foreign checksum file: %v, want an error naming the recording", err)
+	}
+	if err := s.Ack("odd", strings.Repeat("f", 64)); err == nil {
+		t.Error("Ack accepted a recording whose checksum file is not a checksum")
 	}
 }

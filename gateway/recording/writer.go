@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"math"
 	"strconv"
 	"sync"
 	"time"
@@ -52,6 +53,13 @@ type Meta struct {
 // Writer records one session as asciicast v3. It is safe for concurrent use by
 // both directions' decoders. The first write error is returned from that call
 // and every later one: the relay must end the stream then.
+//
+// A Writer's recording never grows past its cap (see NewCappedWriter). The
+// event that would pass it is refused with a *CapError (errors.Is
+// ErrCapReached) instead of written: the recording then ends with a marker
+// ("m") event saying so, stays valid asciicast, and every later event is
+// refused the same way, so the relay ends the stream before relaying output
+// the recording does not hold.
 type Writer struct {
 	stream.NopHandler // stdin, port-forward and close events are not recorded
 
@@ -69,19 +77,83 @@ type Writer struct {
 	exited   bool
 	finished bool
 	err      error
+
+	max    int64 // the cap, in bytes of the recording
+	n      int64 // bytes written so far
+	capped bool  // the cap was reached and the closing marker written
 }
 
-// NewWriter returns a Writer that writes the recording to w.
+// The recording cap's bounds, in bytes.
+const (
+	// DefaultMaxBytes caps a recording when nothing else is configured.
+	DefaultMaxBytes int64 = 1 << 30
+	// MinMaxBytes is the smallest cap accepted: room for the header, some
+	// output and the closing marker.
+	MinMaxBytes int64 = 64 << 10
+)
+
+// ErrCapReached means the recording reached its cap: the event was not
+// recorded, so the output it carries must not be relayed. Errors of this
+// kind are *CapError.
+var ErrCapReached = errors.New("recording reached its size cap")
+
+// CapError is the error of an event refused because the recording reached
+// its cap.
+type CapError struct {
+	// Max is the cap in bytes.
+	Max int64
+}
+
+func (e *CapError) Error() string {
+	return fmt.Sprintf("the session's recording reached its cap of %s", FormatBytes(e.Max))
+}
+
+// Is makes errors.Is(err, ErrCapReached) hold.
+func (e *CapError) Is(target error) bool { return target == ErrCapReached }
+
+// CheckMaxBytes reports whether n can be a recording cap.
+func CheckMaxBytes(n int64) error {
+	if n < MinMaxBytes {
+		return fmt.Errorf("a recording cap of %d bytes is below the minimum of %s", n, FormatBytes(MinMaxBytes))
+	}
+	return nil
+}
+
+// FormatBytes writes n for people: "1 GiB", "64 KiB", "1500 bytes"; the
+// binary unit is used only when it is exact.
+func FormatBytes(n int64) string {
+	for _, u := range []struct {
+		shift uint
+		name  string
+	}{{40, "TiB"}, {30, "GiB"}, {20, "MiB"}, {10, "KiB"}} {
+		if n > 0 && n%(1<<u.shift) == 0 {
+			return fmt.Sprintf("%d %s", n>>u.shift, u.name)
+		}
+	}
+	return fmt.Sprintf("%d bytes", n)
+}
+
+// NewWriter returns a Writer that writes the recording to w, capped at
+// DefaultMaxBytes.
 func NewWriter(w io.Writer, meta Meta) *Writer {
-	return newWriter(w, meta, time.Now)
+	return newWriter(w, meta, time.Now, DefaultMaxBytes)
 }
 
-func newWriter(w io.Writer, meta Meta, now func() time.Time) *Writer {
+// NewCappedWriter returns a Writer that writes the recording to w and keeps
+// it within maxBytes. Configuration is checked with CheckMaxBytes; a cap
+// below MinMaxBytes that gets here anyway is raised to it. The header is
+// always written whole: should it alone leave no room (a command line
+// longer than the cap), the recording is the header and the closing marker.
+func NewCappedWriter(w io.Writer, meta Meta, maxBytes int64) *Writer {
+	return newWriter(w, meta, time.Now, max(maxBytes, MinMaxBytes))
+}
+
+func newWriter(w io.Writer, meta Meta, now func() time.Time, maxBytes int64) *Writer {
 	start := meta.Start
 	if start.IsZero() {
 		start = now()
 	}
-	return &Writer{w: w, sum: sha256.New(), meta: meta, now: now, start: start}
+	return &Writer{w: w, sum: sha256.New(), meta: meta, now: now, start: start, max: maxBytes}
 }
 
 // Stdout records process output.
@@ -96,8 +168,12 @@ func (wr *Writer) output(buf *utf8Buffer, p []byte) error {
 	if err := wr.usable(); err != nil {
 		return err
 	}
+	held := *buf // a refused event leaves the held bytes as they were
 	if text := buf.take(p); len(text) > 0 {
-		return wr.event("o", text)
+		if err := wr.event("o", text); err != nil {
+			buf.held, buf.n = held.held, held.n
+			return wr.refused(err)
+		}
 	}
 	return nil
 }
@@ -113,7 +189,7 @@ func (wr *Writer) Resize(ts stream.TermSize) error {
 	if !wr.header {
 		return wr.writeHeader(int(ts.Width), int(ts.Height))
 	}
-	return wr.event("r", fmt.Appendf(nil, "%dx%d", ts.Width, ts.Height))
+	return wr.refused(wr.event("r", fmt.Appendf(nil, "%dx%d", ts.Width, ts.Height)))
 }
 
 // Exit records the exit status; output bytes held for an incomplete UTF-8
@@ -127,15 +203,23 @@ func (wr *Writer) Exit(st stream.ExitStatus) error {
 	if err := wr.flushHeld(); err != nil {
 		return err
 	}
+	if err := wr.refused(wr.event("x", strconv.AppendInt(nil, int64(st.Code), 10))); err != nil {
+		return err
+	}
 	wr.exited = true
-	return wr.event("x", strconv.AppendInt(nil, int64(st.Code), 10))
+	return nil
 }
 
 // Finish flushes held bytes and writes the header if nothing was recorded.
-// It does not close the underlying writer. Later events are errors.
+// It does not close the underlying writer. Later events are errors. A
+// recording cut at its cap is already complete: Finish returns nil.
 func (wr *Writer) Finish() error {
 	wr.mu.Lock()
 	defer wr.mu.Unlock()
+	if wr.capped && !wr.finished {
+		wr.finished = true
+		return nil
+	}
 	if err := wr.usable(); err != nil {
 		return err
 	}
@@ -149,6 +233,13 @@ func (wr *Writer) Finish() error {
 	}
 	wr.finished = true
 	return nil
+}
+
+// Capped reports whether the recording was cut at its cap.
+func (wr *Writer) Capped() bool {
+	wr.mu.Lock()
+	defer wr.mu.Unlock()
+	return wr.capped
 }
 
 // SHA256 returns the hex SHA-256 of everything written so far.
@@ -170,10 +261,16 @@ func (wr *Writer) usable() error {
 	return nil
 }
 
+// flushHeld records the held bytes of an incomplete UTF-8 sequence. They
+// were relayed already, so they are written even into the room kept for
+// them (see reserve), never refused.
 func (wr *Writer) flushHeld() error {
 	for _, b := range []*utf8Buffer{&wr.stdout, &wr.stderr} {
 		if text := b.flush(); len(text) > 0 {
-			if err := wr.event("o", text); err != nil {
+			if err := wr.ensureHeader(); err != nil {
+				return err
+			}
+			if err := wr.writeLine(wr.eventLine("o", text)); err != nil {
 				return err
 			}
 		}
@@ -212,23 +309,87 @@ func (wr *Writer) writeHeader(cols, rows int) error {
 	return wr.writeLine(append(b, '\n'))
 }
 
-// event writes [interval, code, data]. Intervals are differences of rounded
-// absolute times, so rounding never accumulates into drift.
-func (wr *Writer) event(code string, data []byte) error {
-	if !wr.header {
-		if err := wr.writeHeader(DefaultCols, DefaultRows); err != nil {
-			return err
-		}
+// ensureHeader writes the header with the default size if no resize came
+// before the first event.
+func (wr *Writer) ensureHeader() error {
+	if wr.header {
+		return nil
 	}
+	return wr.writeHeader(DefaultCols, DefaultRows)
+}
+
+// errNoRoom is event's answer when the line would pass the cap; the public
+// methods turn it into the cut (refused).
+var errNoRoom = errors.New("no room left in the recording")
+
+// event writes [interval, code, data] if it fits within the cap, keeping
+// room for what may still have to follow (reserve).
+func (wr *Writer) event(code string, data []byte) error {
+	if err := wr.ensureHeader(); err != nil {
+		return err
+	}
+	ms := wr.lastMs
+	line := wr.eventLine(code, data)
+	// Compared so that no sum can overflow: n and max are both in
+	// [0, MaxInt64], and so is the reserve.
+	if int64(len(line)) > wr.max-wr.n-reserve {
+		wr.lastMs = ms // nothing written: the next event's interval starts from the last written one
+		return errNoRoom
+	}
+	return wr.writeLine(line)
+}
+
+// eventLine formats an event at the current time, in a buffer reused by
+// the next call.
+func (wr *Writer) eventLine(code string, data []byte) []byte {
+	wr.line = appendEvent(wr.line[:0], wr.elapsed(), code, data)
+	return wr.line
+}
+
+// elapsed returns the interval since the previous event in ms and makes
+// now the previous event's time. Intervals are differences of rounded
+// absolute times, so rounding never accumulates into drift.
+func (wr *Writer) elapsed() int64 {
 	ms := wr.now().Sub(wr.start).Round(time.Millisecond).Milliseconds()
 	if ms < wr.lastMs {
 		ms = wr.lastMs // a clock step backwards must not make a negative interval
 	}
 	interval := ms - wr.lastMs
 	wr.lastMs = ms
-	wr.line = fmt.Appendf(wr.line[:0], "[%d.%03d, %q, ", interval/1000, interval%1000, code)
-	wr.line = append(appendJSONString(wr.line, data), "]\n"...)
-	return wr.writeLine(wr.line)
+	return interval
+}
+
+func appendEvent(dst []byte, interval int64, code string, data []byte) []byte {
+	dst = fmt.Appendf(dst, "[%d.%03d, %q, ", interval/1000, interval%1000, code)
+	return append(appendJSONString(dst, data), "]\n"...)
+}
+
+// reserve is the room every event leaves behind it: for the held bytes of
+// an incomplete UTF-8 sequence on stdout and on stderr (relayed already, so
+// they must still be recordable) and for the closing marker.
+var reserve = 2*int64(len(appendEvent(nil, math.MaxInt64, "o", []byte{0xff, 0xff, 0xff}))) +
+	int64(len(appendEvent(nil, math.MaxInt64, "m", capMarker(math.MaxInt64))))
+
+// capMarker is the label of the marker that ends a recording cut at its cap.
+func capMarker(maxBytes int64) []byte {
+	return fmt.Appendf(nil, "Limen cut the recording here: it reached its cap of %s and the session was ended", FormatBytes(maxBytes))
+}
+
+// refused turns errNoRoom into the cut: the held bytes and the closing
+// marker are written, and this and every later event return a *CapError.
+// Other errors pass through.
+func (wr *Writer) refused(err error) error {
+	if !errors.Is(err, errNoRoom) {
+		return err
+	}
+	if err := wr.flushHeld(); err != nil {
+		return err
+	}
+	if err := wr.writeLine(wr.eventLine("m", capMarker(wr.max))); err != nil {
+		return err
+	}
+	wr.capped = true
+	return wr.fail(&CapError{Max: wr.max})
 }
 
 func (wr *Writer) writeLine(b []byte) error {
@@ -236,6 +397,7 @@ func (wr *Writer) writeLine(b []byte) error {
 		return wr.fail(fmt.Errorf("write recording: %w", err))
 	}
 	wr.sum.Write(b)
+	wr.n += int64(len(b))
 	return nil
 }
 

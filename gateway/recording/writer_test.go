@@ -37,7 +37,7 @@ func TestWriterSession(t *testing.T) {
 	clock := &fakeClock{t: t0, steps: []time.Duration{
 		250 * time.Millisecond, 1 * time.Second, 1500 * time.Millisecond, 10 * time.Millisecond, 2 * time.Second}}
 	var buf bytes.Buffer
-	w := newWriter(&buf, meta(), clock.now)
+	w := newWriter(&buf, meta(), clock.now, DefaultMaxBytes)
 	steps := []error{
 		w.Stdin(42),
 		w.Resize(stream.TermSize{Width: 120, Height: 40}),
@@ -80,7 +80,7 @@ func TestIntervalsDoNotDrift(t *testing.T) {
 		steps[i] = 1400 * time.Microsecond
 	}
 	var buf bytes.Buffer
-	w := newWriter(&buf, meta(), (&fakeClock{t: t0, steps: steps}).now)
+	w := newWriter(&buf, meta(), (&fakeClock{t: t0, steps: steps}).now, DefaultMaxBytes)
 	for range steps {
 		if err := w.Stdout([]byte("x")); err != nil {
 			t.Fatal(err)
@@ -121,7 +121,7 @@ func TestWriterUTF8(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			var buf bytes.Buffer
-			w := newWriter(&buf, meta(), func() time.Time { return t0 })
+			w := newWriter(&buf, meta(), func() time.Time { return t0 }, DefaultMaxBytes)
 			for _, c := range tc.chunks {
 				if err := w.Stdout([]byte(c)); err != nil {
 					t.Fatal(err)

@@ -114,12 +114,21 @@ func (s *Store) put(cluster string, c Chunk) (string, int64, error) {
 		return "", 0, fmt.Errorf("recording store: chunk of %d bytes exceeds %d", len(c.Data), MaxChunk)
 	}
 	if old, err := readSum(cast); err == nil {
-		// Already stored: the worker lost our Ack and sends it again.
-		if c.Final && old == c.SHA256 {
+		// Already stored: the worker lost our Ack, or could not drop its
+		// copy after it, and sends the recording again. A first chunk is
+		// answered with what is stored, so that the worker compares the
+		// checksum and stops; a final chunk must match it.
+		switch {
+		case c.Final && old == c.SHA256:
 			return old, c.Size, nil
-		}
-		if c.Offset == 0 || c.Final {
+		case c.Final:
 			return "", 0, fmt.Errorf("recording store: %s/%s is already stored with another checksum", cluster, c.ID)
+		case c.Offset == 0:
+			st, err := os.Stat(cast)
+			if err != nil {
+				return "", 0, fmt.Errorf("recording store: %w", err)
+			}
+			return old, st.Size(), nil
 		}
 	}
 	if err := os.MkdirAll(filepath.Dir(cast), 0o700); err != nil {
@@ -225,15 +234,26 @@ func syncDir(dir string) error {
 	return nil
 }
 
+// readSum reads the checksum of a stored recording: one hex SHA-256 and a
+// newline. A longer file is not one of ours and is not read whole.
 func readSum(cast string) (string, error) {
 	if _, err := os.Stat(cast); err != nil {
 		return "", err
 	}
-	b, err := os.ReadFile(cast + extSum)
+	f, err := os.Open(cast + extSum)
 	if err != nil {
 		return "", err
 	}
-	return strings.TrimSpace(string(b)), nil
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, 2*sha256.Size+2))
+	if err != nil {
+		return "", err
+	}
+	sum := strings.TrimSpace(string(b))
+	if _, err := hex.DecodeString(sum); err != nil || len(sum) != 2*sha256.Size {
+		return "", fmt.Errorf("recording store: %s does not hold a hex SHA-256", filepath.Base(cast)+extSum)
+	}
+	return sum, nil
 }
 
 // List returns every stored recording, oldest first.

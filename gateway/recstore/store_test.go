@@ -46,6 +46,12 @@ func TestPutVerifiesAndStores(t *testing.T) {
 	if ack := s.Put("demo", Chunk{ID: "s1", Offset: int64(len(data)), Final: true, Size: int64(len(data)), SHA256: hexSum}); ack.Error != "" || ack.SHA256 != hexSum {
 		t.Fatalf("repeated final chunk: %+v", ack)
 	}
+	// The worker could not drop its copy after the final Ack (its spool
+	// failed) and starts over: the first chunk's Ack says what is stored,
+	// so that the worker can stop there.
+	if ack := s.Put("demo", Chunk{ID: "s1", Data: data[:MaxChunk]}); ack.Error != "" || ack.SHA256 != hexSum || ack.Next != int64(len(data)) {
+		t.Fatalf("first chunk of a stored recording: %+v, want its checksum and size", ack)
+	}
 	if ack := upload(t, s, "demo", "s1", []byte("other"), "x"); ack.Error == "" {
 		t.Fatal("a stored recording was overwritten")
 	}

@@ -33,6 +33,9 @@ type Ack struct {
 	// Next is the offset the store expects next.
 	Next int64 `json:"next"`
 	// SHA256 is set once the recording is stored, to the verified checksum.
+	// It is set on the Ack of a first (Offset 0) chunk too when the
+	// recording is already stored: the worker compares it with its own and
+	// drops its copy if they match, without sending the rest again.
 	SHA256 string `json:"sha256,omitempty"`
 	// Error, if set, means the chunk was not accepted; the worker starts the
 	// upload over after a backoff.

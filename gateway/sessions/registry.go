@@ -57,8 +57,8 @@ func New(cfg Config) *Registry {
 	return &Registry{cfg: cfg, live: make(map[string]*Live), recent: make([]Info, cfg.Recent)}
 }
 
-// Live is the handle on one registered session. Its Context is cancelled,
-// with an *Ended cause, when the session ends for any reason; the stream's
+// Live is the handle on one tracked request. Its Context is cancelled, with
+// an *Ended cause, when the session ends for any reason; the stream's
 // goroutines and its upstream connection must use that context.
 type Live struct {
 	reg     *Registry
@@ -68,6 +68,52 @@ type Live struct {
 	in, out atomic.Int64
 	once    sync.Once
 	endedAt time.Time // written once, under once, before cancel
+	// unlisted marks a request Track only guards; release stops its lock
+	// watch and expiry timer (a listed session's watchdog stops its own).
+	unlisted bool
+	release  func()
+}
+
+// Track puts one request's response under this hop's watchdog and returns
+// its handle; the caller relays under Context and calls End when done.
+//
+// A stream (s.Kind from Classify, not KindNone) is registered: listed,
+// killable by ID, audited when it ends (Config.OnEnd); see Register. Any
+// other request is guarded only: a lock on its principal or its grant's
+// expiry cancels its Context all the same, so no response outlives them
+// whatever Classify made of it, but it is not listed, logged or audited as
+// a session. Guarding costs no goroutine: a lock callback, a timer and a
+// context.
+func (r *Registry) Track(ctx context.Context, s Session) (*Live, error) {
+	if s.Kind != KindNone {
+		return r.Register(ctx, s)
+	}
+	return r.guard(ctx, s)
+}
+
+// guard is Track for a request that opens no stream.
+func (r *Registry) guard(ctx context.Context, s Session) (*Live, error) {
+	if !s.Expires.IsZero() && !time.Now().Before(s.Expires) {
+		return nil, &Ended{Reason: ReasonExpired}
+	}
+	l := &Live{reg: r, s: s, unlisted: true, release: func() {}}
+	// The client going away cancels ctx and so this context: no watchdog.
+	l.ctx, l.cancel = context.WithCancelCause(ctx)
+	stopWatch := func() {}
+	if r.cfg.Locks != nil {
+		// Runs under the lock set's mutex: end only cancels.
+		stopWatch = r.cfg.Locks.Notify(s.Principal, func(lk locks.Lock) { l.end(&Ended{Reason: ReasonLocked, Lock: &lk}) })
+		if e := l.Ended(); e != nil && e.Lock != nil {
+			stopWatch()
+			return nil, &locks.LockedError{Lock: *e.Lock}
+		}
+	}
+	l.release = stopWatch
+	if !s.Expires.IsZero() {
+		t := time.AfterFunc(time.Until(s.Expires), func() { l.end(&Ended{Reason: ReasonExpired}) })
+		l.release = func() { t.Stop(); stopWatch() }
+	}
+	return l, nil
 }
 
 // Register records s and starts its watchdog. It refuses a principal who is
@@ -163,8 +209,15 @@ func (l *Live) ID() string { return l.s.ID }
 
 // End ends the session for reason; it reports whether this call ended it
 // (false if it had ended already). Call it when the stream finishes, with
-// ReasonCompleted or ReasonClientClosed.
-func (l *Live) End(reason Reason) bool { return l.end(&Ended{Reason: reason}) }
+// ReasonCompleted or ReasonClientClosed; for a request Track only guarded,
+// it also stops the guard.
+func (l *Live) End(reason Reason) bool {
+	ended := l.end(&Ended{Reason: reason})
+	if l.unlisted {
+		l.release()
+	}
+	return ended
+}
 
 // Fail ends the session with ReasonError and err as its detail.
 func (l *Live) Fail(err error) bool { return l.end(&Ended{Reason: ReasonError, Err: err}) }
@@ -195,7 +248,7 @@ func (l *Live) Info() Info {
 		Start: l.s.Start, Expires: l.s.Expires, BytesIn: l.in.Load(), BytesOut: l.out.Load(),
 	}
 	if e := l.Ended(); e != nil {
-		i.End, i.Reason, i.Detail = l.endedAt, e.Reason, e.detail()
+		i.End, i.Reason, i.Detail = l.endedAt, e.Reason, e.Detail()
 	}
 	return i
 }
@@ -207,8 +260,8 @@ func (l *Live) end(e *Ended) bool {
 		l.endedAt = time.Now()
 		l.cancel(e)
 	})
-	if !first {
-		return false
+	if !first || l.unlisted { // not a session to report
+		return first
 	}
 	info := l.Info()
 	l.reg.ended(l, info)

@@ -1,7 +1,11 @@
-// Package sessions tracks the live sessions on one hop (exec, attach,
-// port-forward and long streaming responses such as watch and logs -f) and
+// Package sessions is the one vocabulary of streams on both hops: Classify
+// decides, as the API server does, whether a request opens a stream and of
+// which kind, and a Registry tracks what each hop relays. It lists the live
+// sessions (exec, attach, port-forward, watch, followed logs, proxy) and
 // ends them when their user is locked, an admin kills them, or their grant
-// expires — at once, even when the stream is idle (DESIGN.md §2).
+// expires — at once, even when the stream is idle (DESIGN.md §2). Every
+// other response is guarded the same way against locks and expiry, without
+// being listed.
 //
 // Each hop (proxy and worker) keeps its own Registry; the proxy pushes kills
 // to workers with the messages in wire.go and locks with package locks.
@@ -17,23 +21,33 @@ import (
 	"github.com/limenhq/limen/gateway/locks"
 )
 
-// Kind says what sort of stream a session is.
+// Kind says what sort of stream a session is. Audit events carry it as the
+// session's login (audit.Session.Login) under AuditKind.
 type Kind string
 
-// Session kinds.
+// Session kinds; Classify decides which one a request opens.
 const (
+	// KindNone is a request that opens no stream. Track still ends its
+	// response on a lock or the grant's expiry, but does not list it.
+	KindNone        Kind = ""
 	KindExec        Kind = "exec"
 	KindAttach      Kind = "attach"
 	KindPortForward Kind = "portforward"
 	KindWatch       Kind = "watch"
-	KindLogs        Kind = "logs"
-	// KindStream is any other long streaming response.
-	KindStream Kind = "stream"
+	// KindLogs is a followed log (pods/log with follow set).
+	KindLogs Kind = "logs"
+	// KindProxy is a pods/proxy, services/proxy or nodes/proxy request.
+	KindProxy Kind = "proxy"
 )
 
-func (k Kind) valid() bool {
+// AuditKind is the audit session kind (audit.Session.Kind) of every
+// Kubernetes stream; the Kind is its login.
+const AuditKind = "kube"
+
+// listed reports whether sessions of kind k are listed and killable.
+func (k Kind) listed() bool {
 	switch k {
-	case KindExec, KindAttach, KindPortForward, KindWatch, KindLogs, KindStream:
+	case KindExec, KindAttach, KindPortForward, KindWatch, KindLogs, KindProxy:
 		return true
 	}
 	return false
@@ -68,8 +82,7 @@ type Session struct {
 	Principal identity.Principal
 	Cluster   string
 	Kind      Kind
-	// Target is namespace/pod/container for exec, attach and port-forward,
-	// or the request path for streaming responses.
+	// Target is Stream.Target: what the stream is attached to.
 	Target string
 	// Start defaults to the time of Register.
 	Start time.Time
@@ -84,8 +97,8 @@ func (s Session) validate() error {
 	if err := s.Principal.Validate(); err != nil {
 		return fmt.Errorf("session %s: %w", s.ID, err)
 	}
-	if !s.Kind.valid() {
-		return fmt.Errorf("session %s: kind %q is not one of exec, attach, portforward, watch, logs, stream", s.ID, s.Kind)
+	if !s.Kind.listed() {
+		return fmt.Errorf("session %s: kind %q is not one of exec, attach, portforward, watch, logs, proxy", s.ID, s.Kind)
 	}
 	return nil
 }
@@ -127,29 +140,34 @@ type Info struct {
 // Live reports whether the session had not ended when the snapshot was taken.
 func (i Info) Live() bool { return i.End.IsZero() }
 
-// EndEvent is the session.end audit event for an ended session. The reason
-// and its detail are in Fields (the audit Session body has no field for
-// them); callers add what only they know (command, exit code, recording).
-func (i Info) EndEvent() audit.Event {
-	fields := map[string]string{"reason": string(i.Reason), "target": i.Target}
-	if i.Detail != "" {
-		fields["detail"] = i.Detail
+// CompleteEnd completes end, the session.end body a worker reported for
+// this session, with what this hop knows: when this hop ended the session
+// from outside (a lock, a kill, the grant's expiry, shutdown) and the worker
+// saw only its client side go away (client_closed, tunnel_closed), the end
+// is this hop's reason, in its words. So it is when the worker saw a clean
+// end without an exit status (a port-forward, a watch, a log): the stream
+// was live here when this hop ended it, and the clean close the worker saw
+// was that end reaching it. Whatever else the worker found itself (an exit
+// status, its own watchdog, a truncation) stands, and so do its facts: exit
+// code, bytes, recording.
+func (i Info) CompleteEnd(end *audit.Session) {
+	if i.Live() || !i.Reason.outside() {
+		return
 	}
-	return audit.Event{
-		Type:      audit.TypeSessionEnd,
-		Time:      i.End,
-		Principal: i.Principal,
-		Cluster:   i.Cluster,
-		SessionID: i.ID,
-		Session: &audit.Session{
-			Kind:     "kube",
-			Login:    string(i.Kind),
-			BytesIn:  i.BytesIn,
-			BytesOut: i.BytesOut,
-			Duration: i.End.Sub(i.Start),
-		},
-		Fields: fields,
+	switch {
+	case end.EndReason == audit.EndClientClosed, end.EndReason == audit.EndTunnelClosed, end.EndReason == "",
+		end.EndReason == audit.EndCompleted && end.ExitCode == nil:
+		end.EndReason, end.EndDetail, end.EndHop = string(i.Reason), i.Detail, audit.HopProxy
 	}
+}
+
+// outside reports whether r ends a session from outside its stream.
+func (r Reason) outside() bool {
+	switch r {
+	case ReasonLocked, ReasonKilled, ReasonExpired, ReasonShutdown:
+		return true
+	}
+	return false
 }
 
 // ErrClosed means the registry is shut down and takes no new sessions.
@@ -192,7 +210,9 @@ func (e *Ended) Unwrap() error {
 	return e.Err
 }
 
-func (e *Ended) detail() string {
+// Detail explains the end in words: the lock, the error; "" for the
+// other reasons.
+func (e *Ended) Detail() string {
 	switch {
 	case e.Lock != nil:
 		return e.Lock.Describe()

@@ -117,3 +117,23 @@ func ParseResize(obj []byte) (TermSize, error) {
 	}
 	return ts, nil
 }
+
+// FailureStatus is the metav1.Status a relay writes on the status channel
+// when the stream ends before the server's own status: kubectl reports its
+// message and exits non-zero (reason InternalError, not NonZeroExitCode, so
+// no exit code of the command is made up).
+func FailureStatus(message string) []byte {
+	b, err := json.Marshal(struct {
+		Kind       string   `json:"kind"`
+		APIVersion string   `json:"apiVersion"`
+		Metadata   struct{} `json:"metadata"`
+		Status     string   `json:"status"`
+		Message    string   `json:"message"`
+		Reason     string   `json:"reason"`
+		Code       int      `json:"code"`
+	}{Kind: "Status", APIVersion: "v1", Status: statusFailure, Message: message, Reason: "InternalError", Code: 500})
+	if err != nil {
+		panic(err) // a struct of strings always marshals
+	}
+	return b
+}

@@ -3,51 +3,71 @@ package worker
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
-	"net/http/httputil"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/limenhq/limen/gateway/audit"
-	"github.com/limenhq/limen/gateway/grant"
-	"github.com/limenhq/limen/gateway/kpath"
-	"github.com/limenhq/limen/gateway/kreq"
+	"github.com/limenhq/limen/gateway/impersonate"
+	"github.com/limenhq/limen/gateway/reqinfo"
 	"github.com/limenhq/limen/gateway/sessions"
+	"github.com/limenhq/limen/gateway/tunnel"
 )
 
-// exchange is one request on one stream.
+// exchange is one request on one stream, as the steps of ServeStream fill
+// it in.
 type exchange struct {
 	h      *Handler
 	stream net.Conn
 	br     *bufio.Reader
 	req    *http.Request
 	start  time.Time
-	grant  grant.Grant
-	path   kpath.Path
+
+	adm  admission       // admit
+	info *reqinfo.Info   // classify; nil before
+	st   sessions.Stream // classify: what the request opens
+	// upgrading is set by classify for a request that asks for a protocol
+	// upgrade (exec, attach, port-forward); conn learns the API server
+	// connection it goes out on.
+	upgrading bool
+	conn      gotConn
 }
 
+// event is the audit event every later one starts from: who, as which
+// groups (the groups impersonated, nil before the re-check), where.
 func (x *exchange) event() audit.Event {
+	g := x.adm.grant
 	return audit.Event{
-		Time: x.h.Now(), Principal: x.grant.Principal, Cluster: x.h.Cluster.Name,
-		SessionID: x.grant.SessionID, ClientAddr: x.grant.ClientAddr,
+		Time: x.h.Now(), Principal: g.Principal, Groups: x.adm.groups, Cluster: x.h.Cluster.Name,
+		SessionID: g.SessionID, ClientAddr: g.ClientAddr,
 	}
 }
 
-// refuse answers the request itself, after its audit event.
-func (x *exchange) refuse(rf *refusal) {
+// kubeEvent is the request's kube.request event with the given status: the
+// classification once it is made, the raw path before.
+func (x *exchange) kubeEvent(status int) audit.Event {
 	ev := x.event()
-	rawPath, _, _ := strings.Cut(x.req.RequestURI, "?")
+	ev.Type = audit.TypeKubeRequest
+	k := &audit.KubeRequest{Method: x.req.Method, Path: audit.RequestPath(x.req.RequestURI), Status: status,
+		Latency: x.h.Now().Sub(x.start)}
+	if i := x.info; i != nil {
+		k.Verb, k.APIGroup, k.APIVersion, k.Resource = i.Verb, i.APIGroup, i.APIVersion, i.Resource
+		k.Subresource, k.Namespace, k.Name, k.Path = i.Subresource, i.Namespace, i.Name, x.adm.path.String()
+	}
+	ev.Kube = k
+	return ev
+}
+
+// refuse answers the request itself, after its audit event: auth.denied
+// for a denial, kube.request otherwise.
+func (x *exchange) refuse(rf *refusal) {
+	ev := x.kubeEvent(rf.code)
 	if rf.reason != "" {
+		ev = x.event()
 		ev.Type = audit.TypeAuthDenied
-		ev.Denied = &audit.Denied{Hop: audit.HopWorker, Reason: rf.reason, Path: clipPath(rawPath)}
-	} else {
-		ev.Type = audit.TypeKubeRequest
-		ev.Groups = x.grant.Groups
-		ev.Kube = &audit.KubeRequest{Method: x.req.Method, Path: clipPath(rawPath), Status: rf.code, Latency: x.h.Now().Sub(x.start)}
+		ev.Denied = &audit.Denied{Hop: audit.HopWorker, Reason: rf.reason, Path: audit.RequestPath(x.req.RequestURI)}
 	}
 	if err := audit.WriteEvent(x.stream, ev); err != nil {
 		x.h.Logger.Warn("write audit event", "err", err)
@@ -56,80 +76,66 @@ func (x *exchange) refuse(rf *refusal) {
 	_ = writeStatusResponse(x.stream, rf.code, rf.msg)
 }
 
-// forward sends the request to the API server as the granted identity and
-// relays the response after its audit event.
-func (x *exchange) forward(ctx context.Context, cancel context.CancelFunc, groups []string) {
-	h := x.h
-	info, err := kreq.Classify(x.req, x.path)
+// classify decides what the request is, as the API server will (verb,
+// resource, …), and what it opens (sessions.Classify).
+func (x *exchange) classify() *refusal {
+	info, err := reqinfo.Classify(x.req, x.adm.path)
 	if err != nil {
-		x.refuse(&refusal{code: http.StatusBadRequest, msg: "cannot classify the request: " + err.Error()})
-		return
+		return &refusal{code: http.StatusBadRequest, msg: "cannot classify the request: " + err.Error()}
 	}
-	live, err := h.track(ctx, x, info)
+	x.info = &info
+	x.st = sessions.Classify(x.req, info)
+	x.upgrading = x.req.Header.Get("Upgrade") != ""
+	return nil
+}
+
+// track puts the response under the worker's session watchdog, so that a
+// lock or kill pushed by the proxy, or the grant's expiry, ends it on this
+// hop too: the returned context ends then, and the tunnel stream is closed.
+// A stream (sessions.Classify) is listed as a session; every other response
+// is only guarded. untrack releases it once the response is done.
+func (x *exchange) track(ctx context.Context) (_ context.Context, untrack func(), _ *refusal) {
+	h, g := x.h, x.adm.grant
+	if h.Sessions == nil {
+		return ctx, func() {}, nil
+	}
+	live, err := h.Sessions.Track(ctx, sessions.Session{
+		ID: g.SessionID, Principal: g.Principal, Cluster: h.Cluster.Name,
+		Kind: x.st.Kind, Target: x.st.Target, Expires: g.ExpiresAt,
+	})
 	if err != nil {
-		x.refuse(&refusal{http.StatusForbidden, err.Error(), "session refused: " + err.Error()})
-		return
+		return ctx, nil, &refusal{http.StatusForbidden, err.Error(), "session refused: " + err.Error()}
 	}
-	if live != nil {
-		// Lock, kill or grant expiry ends the stream at once, idle or not:
-		// the upstream request is cancelled and the tunnel stream closed.
-		ctx = live.Context()
-		stop := context.AfterFunc(ctx, func() { x.stream.Close() })
-		defer stop()
-		defer live.End(sessions.ReasonCompleted)
-	}
+	// Idle or not, whatever its kind, the response ends at once: the
+	// upstream request is cancelled and the tunnel stream closed.
+	stop := context.AfterFunc(live.Context(), func() { x.stream.Close() })
+	return live.Context(), func() {
+		stop() // first: a response that completes keeps its stream
+		live.End(sessions.ReasonCompleted)
+	}, nil
+}
+
+// impersonate builds the request to the API server as the admitted
+// identity: client identity headers are gone (admit), Impersonate-User,
+// one Impersonate-Group per admitted group and the session as an extra are
+// set, and the worker's own ServiceAccount token authenticates it.
+func (x *exchange) impersonate(ctx context.Context) (*http.Request, *refusal) {
+	h, g := x.h, x.adm.grant
 	token, err := h.Token()
 	if err != nil {
 		h.Logger.Error("service account token unavailable", "err", err)
-		x.refuse(&refusal{code: http.StatusServiceUnavailable, msg: "the Limen worker cannot read its ServiceAccount token; ask your operator"})
-		return
+		return nil, &refusal{code: http.StatusServiceUnavailable, msg: "the Limen worker cannot read its ServiceAccount token; ask your operator"}
 	}
 	out := x.outbound(ctx)
-	if err := kreq.Impersonate(out.Header, x.grant.Principal.Name, groups, x.grant.SessionID); err != nil {
-		x.refuse(&refusal{http.StatusForbidden, "Limen refuses to impersonate: " + err.Error(), "impersonation: " + err.Error()})
-		return
+	if err := impersonate.Set(out.Header, g.Principal.Name, x.adm.groups, g.SessionID); err != nil {
+		return nil, &refusal{http.StatusForbidden, "Limen refuses to impersonate: " + err.Error(), "impersonation: " + err.Error()}
 	}
 	out.Header.Set("Authorization", "Bearer "+token)
-	rt := h.Transport
-	if out.Header.Get("Upgrade") != "" {
-		offerDecodable(out.Header) // stream.go
-		rt = h.upgradeTransport()
+	if x.upgrading {
+		offerDecodable(out.Header)
+		out = x.conn.trace(out)
 	}
-	resp, err := rt.RoundTrip(out)
-	if err != nil {
-		if ctx.Err() != nil {
-			return // the proxy closed the stream
-		}
-		h.Logger.Warn("forward to API server", "err", err)
-		x.refuse(&refusal{code: http.StatusBadGateway, msg: "the Limen worker could not reach the API server"})
-		return
-	}
-	defer resp.Body.Close()
-	ev := x.event()
-	ev.Type, ev.Groups = audit.TypeKubeRequest, groups
-	ev.Kube = &audit.KubeRequest{
-		Verb: info.Verb, APIGroup: info.APIGroup, APIVersion: info.APIVersion, Resource: info.Resource,
-		Subresource: info.Subresource, Namespace: info.Namespace, Name: info.Name,
-		Method: x.req.Method, Path: x.path.String(), Status: resp.StatusCode, Latency: h.Now().Sub(x.start),
-	}
-	if resp.StatusCode == http.StatusSwitchingProtocols {
-		x.upgrade(ctx, resp, info, ev) // stream.go: decode, record, audit the session
-		return
-	}
-	// The event goes ahead of the response: the proxy stores it before it
-	// relays a byte.
-	if err := audit.WriteEvent(x.stream, ev); err != nil {
-		return
-	}
-	// The request body is consumed: a read now returns only when the proxy
-	// closes the stream, which ends an idle watch at once.
-	go func() {
-		_, _ = x.br.ReadByte()
-		cancel()
-	}()
-	if err := writeResponse(x.stream, x.req.Method, resp); err != nil && ctx.Err() == nil {
-		h.Logger.Debug("relay response", "err", err)
-	}
+	return out, nil
 }
 
 // outbound builds the request to the API server: the same method, canonical
@@ -139,7 +145,7 @@ func (x *exchange) outbound(ctx context.Context) *http.Request {
 	out := x.req.Clone(ctx)
 	out.RequestURI = ""
 	u := *x.h.Upstream
-	x.path.SetURL(&u)
+	x.adm.path.SetURL(&u)
 	u.RawQuery = x.req.URL.RawQuery
 	out.URL, out.Host = &u, u.Host
 	upgrade := x.req.Header.Get("Upgrade")
@@ -153,105 +159,100 @@ func (x *exchange) outbound(ctx context.Context) *http.Request {
 	return out
 }
 
-var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
-
-// writeResponse writes resp as HTTP/1.1, chunk by chunk as the body arrives,
-// so watches and followed logs reach the user at once.
-func writeResponse(w io.Writer, method string, resp *http.Response) error {
-	noBody := method == http.MethodHead || resp.StatusCode == http.StatusNoContent || resp.StatusCode == http.StatusNotModified
-	if noBody || resp.ContentLength >= 0 {
-		if err := writeHead(w, resp, resp.ContentLength, false); err != nil || noBody {
-			return err
+// roundTrip sends out to the API server and returns its response, or nil
+// once it has answered the request itself (the API server could not be
+// reached, or switched protocols unasked) or the proxy is gone. The
+// session s (nil for a request that opens none) ends here when the stream
+// never started: the request failed, or the API server refused the upgrade
+// (no such pod, RBAC), whose answer is then relayed as it is.
+func (x *exchange) roundTrip(ctx context.Context, out *http.Request, s *session) *http.Response {
+	h := x.h
+	rt := h.Transport
+	if x.upgrading {
+		rt = h.upgradeTransport()
+	}
+	if s != nil {
+		out.Body = s.countIn(out.Body)
+	}
+	resp, err := rt.RoundTrip(out)
+	if err != nil {
+		s.finish(ctx, outsideEnd(ctx, audit.EndUpstreamReset), fmt.Errorf("request to the API server: %w", err))
+		if ctx.Err() != nil {
+			return nil // the proxy closed the stream
 		}
-		_, err := io.Copy(w, resp.Body)
-		return err
+		h.Logger.Warn("forward to API server", "err", err)
+		x.refuse(&refusal{code: http.StatusBadGateway, msg: "the Limen worker could not reach the API server"})
+		return nil
 	}
-	if err := writeHead(w, resp, -1, false); err != nil {
-		return err
-	}
-	cw := httputil.NewChunkedWriter(w)
-	buf := make([]byte, 32<<10)
-	for {
-		n, rerr := resp.Body.Read(buf)
-		if n > 0 {
-			if _, err := cw.Write(buf[:n]); err != nil {
-				return err
-			}
-		}
-		if rerr == io.EOF {
-			break
-		}
-		if rerr != nil {
-			return rerr
-		}
-	}
-	if err := cw.Close(); err != nil {
-		return err
-	}
-	_, err := io.WriteString(w, "\r\n")
-	return err
-}
-
-func writeHead(w io.Writer, resp *http.Response, length int64, upgrade bool) error {
-	var b strings.Builder
-	fmt.Fprintf(&b, "HTTP/1.1 %03d %s\r\n", resp.StatusCode, http.StatusText(resp.StatusCode))
-	h := resp.Header.Clone()
-	for _, name := range hopHeaders {
-		h.Del(name)
-	}
-	h.Del("Content-Length")
+	switched := resp.StatusCode == http.StatusSwitchingProtocols
 	switch {
-	case upgrade:
-		h.Set("Connection", "Upgrade")
-		h.Set("Upgrade", resp.Header.Get("Upgrade"))
-	case length >= 0:
-		h.Set("Content-Length", strconv.FormatInt(length, 10))
-	default:
-		h.Set("Transfer-Encoding", "chunked")
+	case switched && !x.upgrading:
+		resp.Body.Close()
+		const msg = "the API server switched protocols for a request that asked for no upgrade"
+		s.finish(ctx, audit.EndError, errors.New(msg))
+		x.refuseUpgrade(x.kubeEvent(resp.StatusCode), http.StatusBadGateway, msg)
+		return nil
+	case x.upgrading && !switched:
+		s.finish(ctx, audit.EndNotStarted, fmt.Errorf("the API server answered %s", resp.Status))
+		x.upgrading = false // a plain response, relayed as it is
 	}
-	_ = h.Write(&b)
-	b.WriteString("\r\n")
-	_, err := io.WriteString(w, b.String())
-	return err
+	return resp
 }
 
-// writeStatusResponse writes a complete response carrying a Kubernetes
-// Status, as the API server words its own errors.
-func writeStatusResponse(w io.Writer, code int, msg string) error {
-	h, body := kreq.Refusal(code, msg)
-	if err := writeHead(w, &http.Response{StatusCode: code, Header: h}, int64(len(body)), false); err != nil {
-		return err
+// respond relays a response that is not an upgrade, after its audit event
+// ev, chunk by chunk as it arrives, and ends the session s, if any, with
+// how the response ended.
+func (x *exchange) respond(ctx context.Context, cancel context.CancelFunc, resp *http.Response, s *session, ev audit.Event) {
+	// The event goes ahead of the response: the proxy stores it before it
+	// relays a byte.
+	if err := audit.WriteEvent(x.stream, ev); err != nil {
+		s.finish(ctx, audit.EndTunnelClosed, fmt.Errorf("write kube.request to the proxy: %w", err))
+		return
 	}
-	_, err := w.Write(body)
-	return err
+	// The request body is consumed: a read now returns only when the proxy
+	// closes the stream, which ends an idle watch at once.
+	go func() {
+		_, _ = x.br.ReadByte()
+		cancel()
+	}()
+	if s != nil {
+		resp.Body = s.countOut(resp.Body)
+	}
+	w := &errWriter{w: x.stream}
+	err := writeResponse(w, x.req.Method, resp)
+	if err != nil && ctx.Err() == nil {
+		x.h.Logger.Debug("relay response", "err", err)
+	}
+	s.finish(ctx, responseEnd(ctx, w, err), err)
 }
 
-// clipPath keeps an unparsed path auditable without letting it grow the
-// event past the wire limit.
-func clipPath(p string) string {
-	p, _, _ = strings.Cut(p, "#")
-	if len(p) > 1024 {
-		p = p[:1024]
+// responseEnd says how a relayed response ended (audit.End…), from the
+// error that ended it.
+func responseEnd(ctx context.Context, w *errWriter, err error) string {
+	switch {
+	case err == nil:
+		return audit.EndCompleted
+	case ctx.Err() != nil:
+		return outsideEnd(ctx, audit.EndClientClosed)
+	case w.err != nil:
+		return audit.EndClientClosed
 	}
-	if p == "" {
-		return "/"
-	}
-	return strings.ToValidUTF8(p, "\uFFFD")
+	return audit.EndUpstreamReset
 }
 
-// track registers a long-lived stream with the worker's session registry,
-// so that a lock or kill pushed by the proxy, or the grant's expiry, ends it
-// on this hop too. Short requests are not tracked.
-func (h *Handler) track(ctx context.Context, x *exchange, info kreq.Info) (*sessions.Live, error) {
-	if h.Sessions == nil {
-		return nil, nil
+// outsideEnd is the reason a stream ended from outside the relay — a lock,
+// a kill, the grant's expiry, the proxy closing the stream, the tunnel
+// going away — or otherwise while ctx is live.
+func outsideEnd(ctx context.Context, otherwise string) string {
+	if ctx.Err() == nil {
+		return otherwise
 	}
-	kind, target, ok := sessions.KindOf(info, x.req.URL.Query())
-	if !ok {
-		return nil, nil
+	var ended *sessions.Ended
+	switch cause := context.Cause(ctx); {
+	case errors.As(cause, &ended):
+		return string(ended.Reason)
+	case errors.Is(cause, tunnel.ErrTunnelClosed):
+		return audit.EndTunnelClosed
 	}
-	return h.Sessions.Register(ctx, sessions.Session{
-		ID: x.grant.SessionID, Principal: x.grant.Principal, Cluster: h.Cluster.Name,
-		Kind: kind, Target: target, Expires: x.grant.ExpiresAt,
-	})
+	return audit.EndClientClosed
 }

@@ -35,6 +35,17 @@ type Uploader struct {
 	MinBackoff, MaxBackoff, Poll time.Duration
 
 	kick chan struct{}
+	// retry holds the recordings whose last upload failed: each waits for
+	// its own backoff, so that one failing recording never holds back the
+	// others. Only Run's goroutine touches it.
+	retry map[string]backoff
+}
+
+// backoff is when a failed recording is tried again, and the delay after
+// its next failure.
+type backoff struct {
+	at    time.Time
+	delay time.Duration
 }
 
 // NewUploader returns an Uploader with default timings.
@@ -57,21 +68,28 @@ var errOffline = errors.New("tunnel not connected")
 
 // Run uploads until ctx ends and returns ctx's error.
 func (u *Uploader) Run(ctx context.Context) error {
-	delay := u.MinBackoff
+	offline := u.MinBackoff
 	for {
-		err := u.pass(ctx)
 		wait := u.Poll
-		switch {
+		switch err := u.pass(ctx); {
 		case ctx.Err() != nil:
 			return ctx.Err()
-		case err == nil:
-			delay = u.MinBackoff
-		default:
-			if !errors.Is(err, errOffline) {
-				u.Logger.Warn("recording upload failed; will retry", "err", err, "retry_in", delay)
+		case errors.Is(err, errOffline):
+			// Nothing can go until the tunnel is back: wait, kicked or not.
+			wait, offline = jitter(offline), min(2*offline, u.MaxBackoff)
+			if !u.sleep(ctx, wait) {
+				return ctx.Err()
 			}
-			wait = delay/2 + rand.N(delay/2+1)
-			delay = min(2*delay, u.MaxBackoff)
+			continue
+		case err != nil:
+			u.Logger.Warn("recording spool not readable; will retry", "err", err)
+		default:
+			offline = u.MinBackoff
+		}
+		// A kick (a new recording) starts a pass at once; recordings that
+		// failed wait for their own time.
+		if next, ok := u.nextRetry(); ok {
+			wait = min(wait, max(time.Until(next), 0))
 		}
 		t := time.NewTimer(wait)
 		select {
@@ -79,34 +97,80 @@ func (u *Uploader) Run(ctx context.Context) error {
 			t.Stop()
 			return ctx.Err()
 		case <-u.kick:
-			if err != nil {
-				// Keep backing off after a failure even when kicked.
-				select {
-				case <-ctx.Done():
-					t.Stop()
-					return ctx.Err()
-				case <-t.C:
-				}
-			}
 		case <-t.C:
 		}
 		t.Stop()
 	}
 }
 
-// pass uploads every pending recording, oldest first.
+// sleep waits d or until ctx ends, and reports whether ctx is still live.
+func (u *Uploader) sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// jitter returns a random duration in [d/2, d].
+func jitter(d time.Duration) time.Duration { return d/2 + rand.N(d/2+1) }
+
+// nextRetry is the earliest time a failed recording is due again.
+func (u *Uploader) nextRetry() (time.Time, bool) {
+	var next time.Time
+	for _, b := range u.retry {
+		if next.IsZero() || b.at.Before(next) {
+			next = b.at
+		}
+	}
+	return next, !next.IsZero()
+}
+
+// pass uploads every pending recording that is due, oldest first. A
+// recording that fails is logged and given its own backoff; the pass goes on
+// with the next. Only a tunnel that is down (errOffline) or a spool that
+// cannot be listed ends the pass.
 func (u *Uploader) pass(ctx context.Context) error {
 	items, err := u.Spool.Pending()
 	if err != nil {
 		return fmt.Errorf("list spool: %w", err)
 	}
+	if u.retry == nil {
+		u.retry = map[string]backoff{}
+	}
+	pending := make(map[string]bool, len(items))
 	for _, it := range items {
+		pending[it.ID] = true
+	}
+	for id := range u.retry {
+		if !pending[id] {
+			delete(u.retry, id) // uploaded or removed meanwhile
+		}
+	}
+	for _, it := range items {
+		if b, failed := u.retry[it.ID]; failed && time.Now().Before(b.at) {
+			continue
+		}
 		if u.Connected != nil && !u.Connected() {
 			return errOffline
 		}
-		if err := u.upload(ctx, it); err != nil {
-			return fmt.Errorf("upload recording %s: %w", it.ID, err)
+		err := u.upload(ctx, it)
+		switch {
+		case errors.Is(err, errOffline) || ctx.Err() != nil:
+			return errOffline
+		case err != nil:
+			b := u.retry[it.ID]
+			b.delay = min(max(2*b.delay, u.MinBackoff), u.MaxBackoff)
+			b.at = time.Now().Add(jitter(b.delay))
+			u.retry[it.ID] = b
+			u.Logger.Warn("recording upload failed; will retry", "session", it.ID, "err", err,
+				"retry_in", time.Until(b.at).Round(time.Millisecond))
+			continue
 		}
+		delete(u.retry, it.ID)
 		u.Logger.Info("recording uploaded", "session", it.ID, "bytes", it.Size, "sha256", it.SHA256)
 	}
 	return nil
@@ -134,6 +198,14 @@ func (u *Uploader) upload(ctx context.Context, it recording.Item) error {
 		ack, err := u.send(ctx, c)
 		if err != nil {
 			return err
+		}
+		if !c.Final && ack.SHA256 != "" {
+			// Already stored (an earlier upload's Ack could not be acted
+			// on): drop the copy only if it is the same recording.
+			if ack.SHA256 != it.SHA256 {
+				return fmt.Errorf("the proxy already stores this recording with sha256 %s, the spool has %s; the spool copy is kept", ack.SHA256, it.SHA256)
+			}
+			return u.Spool.Ack(it.ID, ack.SHA256)
 		}
 		off += int64(n)
 		if c.Final {

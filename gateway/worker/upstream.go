@@ -2,9 +2,14 @@ package worker
 
 import (
 	"fmt"
+	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"os"
+	"strings"
+	"sync"
+	"time"
 
 	"k8s.io/client-go/rest"
 )
@@ -53,4 +58,72 @@ func Upstream(apiServer, caFile string) (*url.URL, http.RoundTripper, error) {
 		return nil, nil, fmt.Errorf("kube-ca-file %s: %w", caFile, err)
 	}
 	return u, rt, nil
+}
+
+// offerDecodable rewrites an upgrade request so the API server can only
+// agree to a protocol the worker decodes: the base64 WebSocket channel
+// protocols are dropped and no WebSocket extension (compression) is offered.
+// SPDY's X-Stream-Protocol-Version offers are kept as they are.
+func offerDecodable(h http.Header) {
+	h.Del("Sec-WebSocket-Extensions")
+	var keep []string
+	for _, v := range h.Values("Sec-WebSocket-Protocol") {
+		for _, p := range strings.Split(v, ",") {
+			p = strings.TrimSpace(p)
+			if p != "" && !strings.HasPrefix(strings.ToLower(p), "base64.") {
+				keep = append(keep, p)
+			}
+		}
+	}
+	h.Del("Sec-WebSocket-Protocol")
+	if len(keep) > 0 {
+		h.Set("Sec-WebSocket-Protocol", strings.Join(keep, ", "))
+	}
+}
+
+func (h *Handler) upgradeTransport() http.RoundTripper {
+	if h.Upgrades != nil {
+		return h.Upgrades
+	}
+	return h.Transport
+}
+
+// UpgradeTransport returns the transport for upgrade requests to the API
+// server: HTTP/1.1 only (Go's HTTP/2 transport refuses SPDY upgrades), TLS
+// 1.2 or later, verified with the CA in caFile.
+func UpgradeTransport(caFile string) (http.RoundTripper, error) {
+	cfg, err := rest.TLSConfigFor(&rest.Config{TLSClientConfig: rest.TLSClientConfig{CAFile: caFile}})
+	if err != nil {
+		return nil, fmt.Errorf("kube-ca-file %s: %w", caFile, err)
+	}
+	if cfg == nil {
+		return nil, fmt.Errorf("kube-ca-file: required for TLS to the API server")
+	}
+	cfg.NextProtos = []string{"http/1.1"}
+	d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
+	return &http.Transport{TLSClientConfig: cfg, DialContext: d.DialContext, TLSHandshakeTimeout: 10 * time.Second,
+		ResponseHeaderTimeout: time.Minute}, nil
+}
+
+// gotConn learns the connection an upgrade request went out on: the
+// response body of a 101 hides it, and the relay needs it to half-close.
+type gotConn struct {
+	mu   sync.Mutex
+	conn net.Conn
+}
+
+func (g *gotConn) trace(r *http.Request) *http.Request {
+	return r.WithContext(httptrace.WithClientTrace(r.Context(), &httptrace.ClientTrace{
+		GotConn: func(i httptrace.GotConnInfo) {
+			g.mu.Lock()
+			g.conn = i.Conn
+			g.mu.Unlock()
+		},
+	}))
+}
+
+func (g *gotConn) get() net.Conn {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.conn
 }

@@ -3,6 +3,14 @@
 // every client identity header, impersonates, forwards to the one API server
 // it was configured with, and audits — the event travelling ahead of the
 // response on the same stream.
+//
+// Handler.ServeStream (worker.go) is the request path, step by step; the
+// steps live in exchange.go, a stream's audited life (session.start, the
+// recording, session.end) in session.go, the relay of an upgraded stream
+// and the tap that records it in relay.go, the HTTP/1.1 the worker writes
+// back in response.go, and the transports to the API server in upstream.go.
+// New (new.go) assembles the whole worker from a Config; control.go is the
+// worker's side of the control stream (lock and kill pushes, EventRelay).
 package worker
 
 import (
@@ -21,8 +29,8 @@ import (
 	"github.com/limenhq/limen/gateway/audit"
 	"github.com/limenhq/limen/gateway/grant"
 	"github.com/limenhq/limen/gateway/identity"
+	"github.com/limenhq/limen/gateway/impersonate"
 	"github.com/limenhq/limen/gateway/kpath"
-	"github.com/limenhq/limen/gateway/kreq"
 	"github.com/limenhq/limen/gateway/policy"
 	"github.com/limenhq/limen/gateway/recording"
 	"github.com/limenhq/limen/gateway/sessions"
@@ -45,27 +53,51 @@ type Handler struct {
 	// Token returns the worker's current ServiceAccount token.
 	Token func() (string, error)
 	// Locks and Sessions are the worker's own copy of the proxy's locks and
-	// its live streams; nil means nobody is locked and streams are not
-	// tracked.
+	// the watchdog over its responses; nil means nobody is locked and
+	// responses are not tracked.
 	Locks interface {
 		Check(identity.Principal, time.Time) error
 	}
 	Sessions interface {
-		Register(ctx context.Context, s sessions.Session) (*sessions.Live, error)
+		Track(ctx context.Context, s sessions.Session) (*sessions.Live, error)
 	}
 	Logger *slog.Logger
 	Now    func() time.Time
 	// Events stores session.start and session.end in the proxy's audit
-	// trail, returning nil only once stored; nil refuses every stream.
+	// trail, returning nil only once stored; nil refuses every stream. A
+	// stream goes upstream only once its session.start is stored (and, for
+	// exec and attach, its recording is open in Spool).
 	Events func(ctx context.Context, e audit.Event) error
 	// Spool keeps exec and attach recordings until uploaded; nil refuses
 	// exec and attach. Recorded, if set, is told of each committed one.
 	Spool    *recording.Spool
 	Recorded func(recording.Item)
+	// RecordingMaxBytes caps each recording; a session whose recording
+	// reaches it is ended. 0 means recording.DefaultMaxBytes.
+	RecordingMaxBytes int64
 	// Upgrades carries upgrade requests (SPDY needs HTTP/1.1, which an
 	// HTTP/2 transport cannot do); nil uses Transport.
 	Upgrades http.RoundTripper
+	// Backlog bounds the API server output a stream reads ahead of the
+	// user (see relay.go).
+	Backlog Backlog
 }
+
+// Backlog is where a stream keeps the API server's output it read ahead of
+// the user: up to Memory bytes in memory, the rest in a file in Dir ("" is
+// the system's temporary directory), at most Max bytes in all. Zero sizes
+// take the defaults.
+type Backlog struct {
+	Dir         string
+	Memory, Max int64
+}
+
+// Default Backlog sizes: a stream that outruns its user by more than
+// DefaultBacklogMax is slowed down again by TCP back-pressure.
+const (
+	DefaultBacklogMemory = 1 << 20
+	DefaultBacklogMax    = 1 << 30
+)
 
 // headerTimeout bounds how long a new stream may take to deliver its grant
 // and request head.
@@ -80,71 +112,131 @@ type refusal struct {
 
 func (r *refusal) Error() string { return r.msg }
 
-// ServeStream handles one request stream from the proxy. It is the tunnel
-// client's Handler.
+// ServeStream handles one request stream from the proxy; it is the tunnel
+// client's Handler. It reads as the steps each request takes, one named
+// function each (see DESIGN.md §1):
+//
+//	admit → classify → track → impersonate → open the session (streams)
+//	→ round trip → audit → respond, or upgrade
+//
+// A step that refuses answers the request itself, after its audit event;
+// nothing reaches the API server before every step ahead of the round trip
+// has passed.
 func (h *Handler) ServeStream(ctx context.Context, stream net.Conn) {
 	defer stream.Close()
+	x, token, err := h.readRequest(stream)
+	if err != nil {
+		h.Logger.Warn("bad request stream", "err", err)
+		return // not a proxy speaking the protocol: nothing to answer
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	x.req = x.req.WithContext(ctx)
+
+	var rf *refusal
+	if x.adm, rf = h.admit(ctx, token, x.req); rf != nil {
+		x.refuse(rf)
+		return
+	}
+	if rf = x.classify(); rf != nil {
+		x.refuse(rf)
+		return
+	}
+	ctx, untrack, rf := x.track(ctx)
+	if rf != nil {
+		x.refuse(rf)
+		return
+	}
+	defer untrack()
+	out, rf := x.impersonate(ctx)
+	if rf != nil {
+		x.refuse(rf)
+		return
+	}
+	s, rf := x.openSession(ctx)
+	if rf != nil {
+		x.refuse(rf) // the API server never sees the request
+		return
+	}
+	resp := x.roundTrip(ctx, out, s)
+	if resp == nil {
+		return // answered, or the proxy is gone
+	}
+	defer resp.Body.Close()
+	ev := x.kubeEvent(resp.StatusCode) // audit
+	if x.upgrading {
+		x.upgrade(ctx, resp, s, ev)
+		return
+	}
+	x.respond(ctx, cancel, resp, s, ev)
+}
+
+// readRequest reads the grant preamble and the request head from a new
+// stream, within headerTimeout.
+func (h *Handler) readRequest(stream net.Conn) (*exchange, []byte, error) {
 	start := h.Now()
 	_ = stream.SetReadDeadline(start.Add(headerTimeout))
 	br := bufio.NewReader(stream) // large reads bypass the buffer; an idle stream holds only 4 KiB
 	token, err := grant.ReadPreamble(br, grant.MaxTokenSize)
 	if err != nil {
-		h.Logger.Warn("bad stream preamble", "err", err)
-		return // not a proxy speaking the protocol: nothing to answer
+		return nil, nil, fmt.Errorf("preamble: %w", err)
 	}
 	req, err := http.ReadRequest(br)
 	if err != nil {
-		h.Logger.Warn("bad request on stream", "err", err)
-		return
+		return nil, nil, fmt.Errorf("request: %w", err)
 	}
 	_ = stream.SetReadDeadline(time.Time{})
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	req = req.WithContext(ctx)
-
-	x := &exchange{h: h, stream: stream, br: br, req: req, start: start}
-	g, path, groups, rf := h.admit(ctx, token, req)
-	x.grant, x.path = g, path
-	if rf != nil {
-		x.refuse(rf)
-		return
-	}
-	x.forward(ctx, cancel, groups)
+	return &exchange{h: h, stream: stream, br: br, req: req, start: start}, token, nil
 }
 
-// admit runs every check before forwarding: grant, path, policy re-check,
-// header sanitizing and the upstream token.
-func (h *Handler) admit(ctx context.Context, token []byte, req *http.Request) (grant.Grant, kpath.Path, []string, *refusal) {
+// admission is what admit decided. Every later step reads it, so none
+// reaches back for an earlier, different copy: the groups impersonated are
+// the groups audited.
+type admission struct {
+	grant grant.Grant
+	path  kpath.Path // the canonical path below the cluster, as forwarded
+	// groups are the granted groups the worker's policy still allows: the
+	// groups impersonated and the groups in every event. Nil until the
+	// re-check ran.
+	groups []string
+}
+
+// admit runs every check before forwarding: grant, lock, path and the
+// policy re-check. Client identity headers are deleted first.
+func (h *Handler) admit(ctx context.Context, token []byte, req *http.Request) (admission, *refusal) {
+	var adm admission
 	// Identity headers go before anything else reads the request.
-	kreq.StripIdentity(req.Header)
+	impersonate.StripIdentity(req.Header)
 	g, err := grant.Verify(h.GrantKey, token, h.Cluster.Name, h.Now())
+	adm.grant = g
 	if err != nil {
 		if errors.Is(err, grant.ErrWrongCluster) {
 			// The proxy routed to a worker that does not serve the cluster:
 			// an operator problem, not a verdict on the user.
-			return g, kpath.Path{}, nil, &refusal{http.StatusServiceUnavailable,
+			return adm, &refusal{http.StatusServiceUnavailable,
 				"this Limen worker does not serve the requested cluster", "grant for another cluster: " + err.Error()}
 		}
-		return g, kpath.Path{}, nil, &refusal{http.StatusForbidden, "Limen grant refused: " + err.Error(), "grant: " + err.Error()}
+		return adm, &refusal{http.StatusForbidden, "Limen grant refused: " + err.Error(), "grant: " + err.Error()}
 	}
 	if h.Locks != nil {
 		if err := h.Locks.Check(g.Principal, h.Now()); err != nil {
-			return g, kpath.Path{}, nil, &refusal{http.StatusForbidden, err.Error(), "locked: " + err.Error()}
+			return adm, &refusal{http.StatusForbidden, err.Error(), "locked: " + err.Error()}
 		}
 	}
 	rawPath, _, _ := strings.Cut(req.RequestURI, "?")
-	path, err := kpath.Parse(rawPath)
+	adm.path, err = kpath.Parse(rawPath)
 	if err != nil {
-		return g, path, nil, &refusal{http.StatusBadRequest, "the request path is not canonical: " + err.Error(), ""}
+		return adm, &refusal{http.StatusBadRequest, "the request path is not canonical: " + err.Error(), ""}
 	}
 	allowed, _, err := h.Policy.AllowGroups(ctx, g.Principal, h.Cluster, g.Groups)
 	if err != nil {
-		return g, path, nil, &refusal{http.StatusServiceUnavailable, "the Limen worker's policy is unavailable", ""}
+		return adm, &refusal{http.StatusServiceUnavailable, "the Limen worker's policy is unavailable", ""}
 	}
 	if len(allowed) == 0 {
-		return g, path, nil, &refusal{http.StatusForbidden,
+		return adm, &refusal{http.StatusForbidden,
 			fmt.Sprintf("the worker's policy allows %s none of the granted groups on %q", g.Principal.Name, h.Cluster.Name),
 			"worker policy allows none of " + strings.Join(g.Groups, ",")}
 	}
-	return g, path, allowed, nil
+	adm.groups = allowed
+	return adm, nil
 }

@@ -1,16 +1,19 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"io"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -22,6 +25,7 @@ import (
 	"github.com/limenhq/limen/gateway/locks"
 	"github.com/limenhq/limen/gateway/policy"
 	"github.com/limenhq/limen/gateway/proxy"
+	"github.com/limenhq/limen/gateway/recording"
 	"github.com/limenhq/limen/gateway/sessions"
 	"github.com/limenhq/limen/gateway/tunnel"
 	"github.com/limenhq/limen/gateway/worker"
@@ -29,16 +33,29 @@ import (
 )
 
 // hops is the proxy and worker request path in one process, joined by a
-// pipe instead of the tunnel, in front of the real API server with the
+// loopback TCP connection (which half-closes, as a tunnel stream does)
+// instead of the tunnel, in front of the real API server with the
 // worker's real ServiceAccount token. It lets a test change one thing at one
 // hop — a key, a clock, a policy, the audit store — that the real binaries
 // do not let a client reach.
 type hops struct {
-	store   *audit.Store
-	kube    *proxy.Kube
-	worker  *worker.Handler
-	opener  *pipeOpener
-	baseURL string
+	store     *audit.Store
+	storePath string
+	kube      *proxy.Kube
+	worker    *worker.Handler
+	opener    *pipeOpener
+	baseURL   string
+}
+
+// failOnPanic fails the test when the proxy's HTTP server logs a recovered
+// panic.
+type failOnPanic struct{ t *testing.T }
+
+func (f failOnPanic) Write(p []byte) (int, error) {
+	if bytes.Contains(p, []byte("panic")) {
+		f.t.Errorf("the proxy panicked: %s", p)
+	}
+	return len(p), nil
 }
 
 type pipeOpener struct {
@@ -50,9 +67,40 @@ func (o *pipeOpener) Open(ctx context.Context, cluster string) (net.Conn, error)
 	if o.none {
 		return nil, fmt.Errorf("%w %q", tunnel.ErrNoWorker, cluster)
 	}
-	client, server := net.Pipe()
+	client, server, err := loopbackPair()
+	if err != nil {
+		return nil, err
+	}
 	go o.worker().ServeStream(context.Background(), server)
 	return client, nil
+}
+
+// loopbackPair returns the two ends of a new loopback TCP connection.
+func loopbackPair() (net.Conn, net.Conn, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, nil, err
+	}
+	defer ln.Close()
+	type accepted struct {
+		c   net.Conn
+		err error
+	}
+	ch := make(chan accepted, 1)
+	go func() {
+		c, err := ln.Accept()
+		ch <- accepted{c, err}
+	}()
+	client, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		return nil, nil, err
+	}
+	a := <-ch
+	if a.err != nil {
+		client.Close()
+		return nil, nil, a.err
+	}
+	return client, a.c, nil
 }
 
 func newHops(t *testing.T) *hops {
@@ -66,7 +114,8 @@ func newHops(t *testing.T) *hops {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { pol.Close() })
-	store, err := audit.Open(ctx, filepath.Join(t.TempDir(), audit.FileName), audit.Options{})
+	storePath := filepath.Join(t.TempDir(), audit.FileName)
+	store, err := audit.Open(ctx, storePath, audit.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,11 +125,13 @@ func newHops(t *testing.T) *hops {
 		t.Fatal(err)
 	}
 	demo := policy.Cluster{Name: "demo", Labels: map[string]string{"env": "dev"}}
-	h := &hops{store: store}
+	h := &hops{store: store, storePath: storePath}
 	h.worker = &worker.Handler{
 		Cluster: demo, GrantKey: pub, Policy: pol, Upstream: upstream, Transport: rt,
 		Token: (&worker.TokenFile{Path: e.TokenFile}).Token, Logger: slog.New(slog.DiscardHandler), Now: time.Now,
 	}
+	// Session events reach the proxy as the control stream brings them.
+	h.worker.Events = func(ctx context.Context, ev audit.Event) error { return h.kube.SessionEvent(ctx, demo.Name, ev) }
 	h.opener = &pipeOpener{worker: func() *worker.Handler { return h.worker }}
 	h.kube = &proxy.Kube{
 		Authenticate: func(*http.Request) (identity.Principal, time.Time, error) {
@@ -91,10 +142,37 @@ func newHops(t *testing.T) *hops {
 		Clusters: func(string) policy.Cluster { return demo },
 		Logger:   slog.New(slog.DiscardHandler), Now: time.Now,
 	}
-	srv := httptest.NewServer(h.kube)
+	srv := httptest.NewUnstartedServer(h.kube)
+	// A handler that panics is a failure even if the client saw nothing.
+	srv.Config.ErrorLog = log.New(failOnPanic{t}, "", 0)
+	srv.Start()
 	t.Cleanup(srv.Close)
 	h.baseURL = srv.URL
 	return h
+}
+
+// recordStreams lets the worker relay exec, attach and port-forward as the
+// limen worker does: a spool of its own and HTTP/1.1 for upgrades. It
+// returns a kubeconfig for the hops.
+func (h *hops) recordStreams(t *testing.T) string {
+	t.Helper()
+	c := clustertest.Cluster(t)
+	spool, err := recording.OpenSpool(filepath.Join(t.TempDir(), "spool"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.worker.Spool = spool
+	if h.worker.Upgrades, err = worker.UpgradeTransport(c.CAFile); err != nil {
+		t.Fatal(err)
+	}
+	kc := filepath.Join(t.TempDir(), "kubeconfig")
+	cfg := fmt.Sprintf("apiVersion: v1\nkind: Config\nclusters: [{name: demo, cluster: {server: %q}}]\n"+
+		"users: [{name: alice, user: {}}]\ncontexts: [{name: demo, context: {cluster: demo, user: alice}}]\ncurrent-context: demo\n",
+		h.baseURL+"/k8s/demo")
+	if err := os.WriteFile(kc, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return kc
 }
 
 func (h *hops) get(t *testing.T, path string) (int, string) {

@@ -19,6 +19,8 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/limenhq/limen/gateway/audit"
+	"github.com/limenhq/limen/gateway/sessions"
 	"github.com/limenhq/limen/test/cluster/clustertest"
 )
 
@@ -73,6 +75,7 @@ func TestWatchStreamsAndEndsOnInterrupt(t *testing.T) {
 		}
 		close(lines)
 	}()
+	ids := waitOpen(t, "watch", 1)
 	for i := range 3 {
 		name := fmt.Sprintf("watched-%d", i)
 		if _, stderr, code := kubectl(t, kc, "", "-n", ns, "create", "configmap", name); code != 0 {
@@ -88,6 +91,16 @@ func TestWatchStreamsAndEndsOnInterrupt(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		_ = cmd.Process.Kill()
 		t.Fatal("kubectl get -w did not end within 5s of SIGINT")
+	}
+	// The watch has a session.start and one session.end, which says the
+	// user hung up after the three events were relayed.
+	st := auditStory(t, ids[0])
+	st.check(t, sessions.KindWatch, nil)
+	if s := st.start(); s.Namespace != ns || s.Target != ns+"/configmaps" {
+		t.Fatalf("session.start %+v, want a watch of %s/configmaps", s, ns)
+	}
+	if e := st.end(); e.EndReason != audit.EndClientClosed || e.EndHop != audit.HopWorker || e.BytesOut == 0 || e.Duration <= 0 {
+		t.Fatalf("session.end %+v, want client_closed seen by the worker, after bytes were relayed", e)
 	}
 }
 

@@ -100,27 +100,6 @@ func waitSessionEnd(t *testing.T, user, pod string, match func(audit.Event) bool
 	}
 }
 
-// sessionStarted reports whether the audit store has a session.start for id.
-func sessionStarted(t *testing.T, id string) bool {
-	t.Helper()
-	ctx := context.Background()
-	st, err := audit.Open(ctx, audit.Path(proxyDataDir(t)), audit.Options{ReadOnly: true})
-	if err != nil {
-		t.Fatalf("open audit store: %v", err)
-	}
-	defer st.Close()
-	evs, err := st.Search(ctx, audit.Query{Type: audit.TypeSessionStart, Limit: 1000})
-	if err != nil {
-		t.Fatalf("search audit: %v", err)
-	}
-	for _, ev := range evs {
-		if ev.SessionID == id {
-			return true
-		}
-	}
-	return false
-}
-
 // fetchRecording waits until the proxy's store holds the recording of
 // session id (uploads are asynchronous) and returns it, verified.
 func fetchRecording(t *testing.T, id string) []byte {

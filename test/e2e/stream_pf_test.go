@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -131,30 +130,9 @@ func mibps(n int64, d time.Duration) float64 { return float64(n) / (1 << 20) / d
 // a func that stops it.
 func portForward(t *testing.T, c streamClient, kubeconfig, ns, pod string, port int) (string, func()) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	cmd := c.command(t, ctx, kubeconfig, "-n", ns, "port-forward", "pod/"+pod, fmt.Sprintf(":%d", port))
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var stopped bool
-	stop := func() {
-		if !stopped {
-			stopped = true
-			_ = cmd.Process.Signal(os.Interrupt)
-			time.AfterFunc(5*time.Second, cancel)
-			_ = cmd.Wait()
-			cancel()
-		}
-	}
-	t.Cleanup(stop)
-	line := clustertest.NewScreen(stdout).WaitForLine(t, "Forwarding from 127.0.0.1:")
-	return strings.Fields(strings.TrimPrefix(line, "Forwarding from "))[0], stop
+	cmd := c.command(t, context.Background(), kubeconfig, "-n", ns, "port-forward", "pod/"+pod, fmt.Sprintf(":%d", port))
+	addr, stop := clustertest.PortForward(t, cmd)
+	return addr, func() { stop() }
 }
 
 func TestStreamPortForward100MiB(t *testing.T) {

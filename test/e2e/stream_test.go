@@ -14,6 +14,7 @@ import (
 	"github.com/creack/pty"
 
 	"github.com/limenhq/limen/gateway/audit"
+	"github.com/limenhq/limen/gateway/sessions"
 	"github.com/limenhq/limen/test/cluster/clustertest"
 )
 
@@ -48,9 +49,8 @@ func TestStreamExecStdinAndExitCodes(t *testing.T) {
 			if s.BytesIn == 0 || s.BytesOut == 0 || s.Duration <= 0 || s.RecordingSHA256 == "" {
 				t.Fatalf("session.end %+v: want bytes each way, a duration and a recording checksum", s)
 			}
-			if !sessionStarted(t, ev.SessionID) {
-				t.Fatalf("no session.start for session %s", ev.SessionID)
-			}
+			// One session.start and one session.end, with the same groups.
+			auditStory(t, ev.SessionID).check(t, sessions.KindExec, nil)
 			rec := fetchRecording(t, ev.SessionID)
 			if strings.Contains(string(rec), secret) {
 				t.Fatalf("the recording holds stdin:\n%s", rec)

@@ -128,6 +128,12 @@ func (e *Env) step(format string, args ...any) {
 func (e *Env) proxyDir() string  { return filepath.Join(e.Dir, "proxy") }
 func (e *Env) workerDir() string { return filepath.Join(e.Dir, "worker") }
 
+// ProxyDataDir is the proxy's data directory (audit store, recordings).
+func (e *Env) ProxyDataDir() string { return e.proxyDir() }
+
+// WorkerDataDir is the worker's data directory (recording spool).
+func (e *Env) WorkerDataDir() string { return e.workerDir() }
+
 // Home is the LIMEN_HOME of a user's profile.
 func (e *Env) Home(user string) string { return filepath.Join(e.Dir, "home-"+user) }
 
@@ -185,13 +191,32 @@ func (e *Env) StartProxy(ctx context.Context) error {
 // StartWorker starts `limen worker` for the test cluster and waits until the
 // proxy lists it as connected. token is needed only on first start.
 func (e *Env) StartWorker(ctx context.Context, token string) error {
+	return e.startWorker(ctx, token, nil)
+}
+
+// RestartWorker stops the worker, waits until the proxy has dropped its
+// tunnel, and starts it again with extra arguments after
+// Options.WorkerArgs; without extra, as configured.
+func (e *Env) RestartWorker(ctx context.Context, extra ...string) error {
+	if e.WorkerPID() != 0 {
+		before := e.proxyLogCount(proxyLogDisconnected)
+		e.StopWorker()
+		if err := e.waitProxyLog(ctx, proxyLogDisconnected, before+1); err != nil {
+			return err
+		}
+	}
+	return e.startWorker(ctx, "", extra)
+}
+
+func (e *Env) startWorker(ctx context.Context, token string, extra []string) error {
 	args := []string{"worker", "--proxy", e.ProxyAddr, "--kube-cluster", ClusterName, "--data-dir", e.workerDir(),
 		"--kube-api-server", e.Cluster.Server, "--kube-ca-file", e.Cluster.CAFile, "--kube-token-file", e.TokenFile,
 		"--kube-cluster-label", "env=dev"}
 	if token != "" {
 		args = append(args, "--join-token", token)
 	}
-	cmd := exec.Command(e.Bin, append(args, e.opts.WorkerArgs...)...)
+	args = append(append(args, e.opts.WorkerArgs...), extra...)
+	cmd := exec.Command(e.Bin, args...)
 	if _, err := e.spawn(cmd, "worker"); err != nil {
 		return err
 	}

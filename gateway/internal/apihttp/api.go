@@ -23,7 +23,7 @@ type AdminPolicy interface {
 // handlers' own events.
 type Gate struct {
 	// Principal returns the principal of the request's verified client
-	// certificate (auth.Authority.PrincipalFromRequest). Required.
+	// certificate (ca.Authority.PrincipalFromRequest). Required.
 	Principal func(*http.Request) (identity.Principal, error)
 	// Locks are the locks in force; a locked caller is refused every admin
 	// call, unlocking themself included. Required.

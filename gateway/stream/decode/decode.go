@@ -18,7 +18,12 @@ import (
 // they are relayed), Close is called when that direction ends.
 type Decoder interface {
 	Write(p []byte) (int, error)
+	// Close reports an error when decoding failed or the bytes stopped
+	// inside a frame.
 	Close() error
+	// Pending is how many of the bytes written so far belong to a frame
+	// (or a fragmented WebSocket message) that is not complete yet.
+	Pending() int64
 }
 
 // Pair holds the decoders of both directions of one upgraded connection.
@@ -27,6 +32,22 @@ type Pair struct {
 	Client, Server Decoder
 	// Transport is "websocket" or "spdy"; Protocol is the agreed subprotocol.
 	Transport, Protocol string
+
+	failure func(message string) []byte
+}
+
+// Failure returns the server → client bytes that end an exec or attach
+// stream with a failure status carrying message, for a relay to insert at
+// a frame boundary of the server's bytes (where Server.Pending is zero) in
+// place of a status the server never sent: the client then reports the
+// message and exits non-zero instead of taking a cut stream for success.
+// It is nil when the protocol has no place for it (port-forward) or the
+// stream is already past it.
+func (p *Pair) Failure(message string) []byte {
+	if p.failure == nil {
+		return nil
+	}
+	return p.failure(message)
 }
 
 // ErrNotUpgraded is returned for a response that did not switch protocols.
@@ -46,7 +67,7 @@ func ForResponse(hdr http.Header, h stream.Handler) (*Pair, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &Pair{Client: s.Client(), Server: s.Server(), Transport: "spdy", Protocol: p}, nil
+		return &Pair{Client: s.Client(), Server: s.Server(), Transport: "spdy", Protocol: p, failure: s.Failure}, nil
 	}
 	return nil, fmt.Errorf("%w (Upgrade: %q)", ErrNotUpgraded, upgrade)
 }
@@ -73,7 +94,7 @@ func forWebSocket(protocol string, h stream.Handler) (*Pair, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Pair{Client: c, Server: s, Transport: "websocket", Protocol: protocol}
+	p := &Pair{Client: c, Server: s, Transport: "websocket", Protocol: protocol, failure: s.Failure}
 	if tunnel != nil {
 		p.Client = chain{c, tunnel.Client()}
 		p.Server = chain{s, tunnel.Server()}
@@ -88,6 +109,9 @@ type chain struct {
 }
 
 func (c chain) Write(p []byte) (int, error) { return c.outer.Write(p) }
+
+// Pending is the WebSocket layer's: the relay cuts between WebSocket frames.
+func (c chain) Pending() int64 { return c.outer.Pending() }
 
 func (c chain) Close() error {
 	return errors.Join(c.outer.Close(), c.inner.Close())

@@ -49,6 +49,10 @@ type Decoder struct {
 	dataStream    *streamState // nil: unknown stream, payload dropped
 
 	err error // sticky
+
+	// pos counts the bytes consumed; boundary is pos where the last frame
+	// ended, the last point at which a relay may cut or insert a frame.
+	pos, boundary int64
 }
 
 func newDecoder(s *Session, dir stream.Direction) (*Decoder, error) {
@@ -127,9 +131,18 @@ func (d *Decoder) write(p []byte) error {
 			return err
 		}
 		p = p[n:]
+		d.pos += int64(n)
+		if d.state == stateHeader && d.hdrLen == 0 {
+			d.boundary = d.pos
+		}
 	}
 	return nil
 }
+
+// Pending returns how many of the bytes written so far belong to a frame
+// that is not complete: a relay that holds these back can always cut the
+// stream, or insert a frame, between frames.
+func (d *Decoder) Pending() int64 { return d.pos - d.boundary }
 
 // startFrame interprets a complete common header.
 func (d *Decoder) startFrame() error {

@@ -8,6 +8,7 @@
 package spdy
 
 import (
+	"encoding/binary"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -81,6 +82,8 @@ type Session struct {
 	lastOpened [2]spdy.StreamId
 	// textReported is set once a v1–v3 exit status was reported.
 	textReported bool
+	// errorStream is the exec/attach error stream, 0 until it is opened.
+	errorStream spdy.StreamId
 }
 
 // streamState is one SPDY stream. Its buffers are touched only by the
@@ -153,6 +156,9 @@ func (s *Session) open(id spdy.StreamId, hdr http.Header, fin bool, dir stream.D
 	}
 	s.streams[id] = st
 	s.lastOpened[dir] = id
+	if st.typ == typeError && s.kind != kindPortForward && s.errorStream == 0 {
+		s.errorStream = id
+	}
 	if fin {
 		s.setFinLocked(id, st, dir)
 	}
@@ -230,4 +236,33 @@ func (s *Session) OpenStreams() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.streams)
+}
+
+// Failure returns a server → client DATA frame that ends the exec or attach
+// error stream with message (a failure Status for v4 and later, plain text
+// before), so that the client reports it and exits non-zero. It returns nil
+// for port-forward, or when the error stream is unknown or the server has
+// already finished it. The caller must insert the frame at a boundary (see
+// Decoder.Pending).
+func (s *Session) Failure(message string) []byte {
+	if s.kind == kindPortForward {
+		return nil
+	}
+	s.mu.Lock()
+	st := s.streams[s.errorStream]
+	open := st != nil && !st.finServer
+	id := s.errorStream
+	s.mu.Unlock()
+	if !open {
+		return nil
+	}
+	payload := []byte(message)
+	if s.kind == kindExecStatus {
+		payload = stream.FailureStatus(message)
+	}
+	f := make([]byte, frameHeaderSize, frameHeaderSize+len(payload))
+	binary.BigEndian.PutUint32(f[0:4], uint32(id)&0x7fffffff)
+	binary.BigEndian.PutUint32(f[4:8], uint32(len(payload))&0xffffff)
+	f[4] = byte(spdy.DataFlagFin)
+	return append(f, payload...)
 }

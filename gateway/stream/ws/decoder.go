@@ -8,6 +8,7 @@
 package ws
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -156,6 +157,14 @@ func (d *Decoder) Close() error {
 	return nil
 }
 
+// Pending returns how many of the bytes written so far belong to a frame,
+// or a fragmented message, that is not complete: a relay that holds these
+// back can always cut the stream, or insert a message, between frames.
+func (d *Decoder) Pending() int64 { return d.frames.pending() }
+
+// Closed reports whether a close frame was seen.
+func (d *Decoder) Closed() bool { return d.frames.closed }
+
 // closeFrame implements messageSink.
 func (d *Decoder) closeFrame(ws.StatusCode, string) error {
 	if d.cfg.Mode == ModeSPDYTunnel {
@@ -194,4 +203,25 @@ func (d *Decoder) payload(op ws.OpCode, p []byte, first, last bool) error {
 		return d.closeSignal()
 	}
 	return nil
+}
+
+// Failure returns the server → client frames that end a channel-protocol
+// stream with a failure Status carrying message on the status channel,
+// followed by a normal close so that the client reports the status rather
+// than an abnormal closure. It returns
+// nil when that is impossible: a SPDY tunnel (no status channel) or a
+// stream whose close frame was already seen. The caller must insert the
+// frames at a boundary (see Pending).
+func (d *Decoder) Failure(message string) []byte {
+	if d.cfg.Mode == ModeSPDYTunnel || d.frames.closed {
+		return nil
+	}
+	var b bytes.Buffer
+	payload := append([]byte{ChannelError}, stream.FailureStatus(message)...)
+	_ = ws.WriteHeader(&b, ws.Header{Fin: true, OpCode: ws.OpBinary, Length: int64(len(payload))})
+	b.Write(payload)
+	body := ws.NewCloseFrameBody(ws.StatusNormalClosure, "")
+	_ = ws.WriteHeader(&b, ws.Header{Fin: true, OpCode: ws.OpClose, Length: int64(len(body))})
+	b.Write(body)
+	return b.Bytes()
 }

@@ -37,6 +37,11 @@ type frameReader struct {
 	ctl       []byte    // control frame payload
 	closed    bool      // a close frame was seen
 	scratch   []byte
+
+	// pos counts the bytes consumed; boundary is pos where the last frame
+	// ended outside a fragmented message, the last point at which a relay
+	// may cut the stream or insert a message of its own.
+	pos, boundary int64
 }
 
 // messageSink receives data message payloads; first/last mark message edges.
@@ -67,25 +72,29 @@ func headerSize(b0, b1 byte) int {
 // write consumes p entirely (or fails) and feeds sink.
 func (f *frameReader) write(p []byte, sink messageSink) error {
 	for len(p) > 0 {
+		var n int
 		if f.inHdr {
-			n, err := f.fillHeader(p, sink)
-			if err != nil {
+			var err error
+			if n, err = f.fillHeader(p, sink); err != nil {
 				return err
 			}
-			p = p[n:]
-			continue
-		}
-		n := int64(len(p))
-		if n > f.remaining {
-			n = f.remaining
-		}
-		if err := f.consumePayload(p[:n], sink); err != nil {
-			return err
+		} else {
+			n = int(min(int64(len(p)), f.remaining))
+			if err := f.consumePayload(p[:n], sink); err != nil {
+				return err
+			}
 		}
 		p = p[n:]
+		f.pos += int64(n)
+		if !f.midFrame() {
+			f.boundary = f.pos
+		}
 	}
 	return nil
 }
+
+// pending is how many consumed bytes follow the last boundary.
+func (f *frameReader) pending() int64 { return f.pos - f.boundary }
 
 // fillHeader copies header bytes from p; when the header is complete it is
 // parsed and validated. It returns how many bytes of p it used.

@@ -45,7 +45,9 @@ func Main(m *testing.M) {
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 	go func() {
-		<-sig
+		s := <-sig
+		// Say so: the test output otherwise just stops, mid-test.
+		fmt.Fprintf(os.Stderr, "clustertest: %v received; stopping the control plane and exiting without finishing the tests\n", s)
 		teardown()
 		os.Exit(130)
 	}()

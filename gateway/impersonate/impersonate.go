@@ -1,0 +1,101 @@
+// Package impersonate is the header hygiene both hops apply: every identity
+// header a client sent is deleted, and the worker sets the impersonation
+// headers from a verified grant.
+package impersonate
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+)
+
+// IsIdentityHeader reports whether name (in any case) is a header the client
+// may not set: Authorization, Impersonate-*, X-Remote-* or X-Limen-*.
+func IsIdentityHeader(name string) bool {
+	if strings.EqualFold(name, "authorization") {
+		return true
+	}
+	// Prefixes that carry identity to the API server (impersonation,
+	// request-header authentication) or to Limen itself.
+	for _, p := range [...]string{"impersonate-", "x-remote-", "x-limen-"} {
+		if len(name) >= len(p) && strings.EqualFold(name[:len(p)], p) {
+			return true
+		}
+	}
+	return false
+}
+
+// StripIdentity deletes every identity header from h, whatever the case of
+// its key (net/http canonicalizes keys it parses, but a map built by hand or
+// by another library may hold "impersonate-user" or "IMPERSONATE-GROUP" next
+// to the canonical form) and however many values it has. It returns the
+// names it deleted, for logging; never log their values.
+func StripIdentity(h http.Header) []string {
+	var removed []string
+	for k := range h {
+		if IsIdentityHeader(k) {
+			removed = append(removed, k)
+			delete(h, k)
+		}
+	}
+	return removed
+}
+
+// Header names set by Set.
+const (
+	HeaderUser    = "Impersonate-User"
+	HeaderGroup   = "Impersonate-Group"
+	HeaderSession = "Impersonate-Extra-Limen-Session"
+)
+
+// ErrSystemGroup refuses a "system:" group, which Limen never impersonates.
+var ErrSystemGroup = errors.New("system: groups are never impersonated")
+
+// Set strips every identity header from h and then sets
+// Impersonate-User, one Impersonate-Group per group and
+// Impersonate-Extra-Limen-Session (the API server lower-cases the extra key,
+// so the cluster sees "limen-session"). It refuses empty or unprintable
+// values, a "system:" user or group, and an empty group list; on error h has
+// been stripped but carries no impersonation headers, so a caller that
+// forwards anyway sends the request as the worker itself, never as the
+// client.
+func Set(h http.Header, user string, groups []string, session string) error {
+	StripIdentity(h)
+	if err := headerValue("user", user); err != nil {
+		return err
+	}
+	if strings.HasPrefix(user, "system:") {
+		return fmt.Errorf("impersonate user %q: %w", user, ErrSystemGroup)
+	}
+	if len(groups) == 0 {
+		return errors.New("impersonate: no groups")
+	}
+	for _, g := range groups {
+		if err := headerValue("group", g); err != nil {
+			return err
+		}
+		if strings.HasPrefix(g, "system:") {
+			return fmt.Errorf("impersonate group %q: %w", g, ErrSystemGroup)
+		}
+	}
+	if err := headerValue("session", session); err != nil {
+		return err
+	}
+	h[HeaderUser] = []string{user}
+	h[HeaderGroup] = append([]string(nil), groups...)
+	h[HeaderSession] = []string{session}
+	return nil
+}
+
+func headerValue(what, v string) error {
+	if v == "" {
+		return fmt.Errorf("impersonate: empty %s", what)
+	}
+	for i := 0; i < len(v); i++ {
+		if v[i] < 0x20 || v[i] == 0x7f {
+			return fmt.Errorf("impersonate: %s %q contains a control byte", what, v)
+		}
+	}
+	return nil
+}

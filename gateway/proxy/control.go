@@ -1,0 +1,170 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/limenhq/limen/gateway/audit"
+	"github.com/limenhq/limen/gateway/locks"
+	"github.com/limenhq/limen/gateway/recstore"
+	"github.com/limenhq/limen/gateway/tunnel"
+)
+
+// The proxy's side of the control stream, one long-lived stream per worker
+// tunnel (DESIGN.md §1): workers send session events and recording chunks,
+// each answered; the proxy pushes the lock list on connect, and lock changes
+// and kills as they happen.
+
+// workerConn is the proxy's end of one worker's control stream; the
+// tunnel's *tunnel.Worker is one.
+type workerConn interface {
+	Info() tunnel.WorkerInfo
+	Send(ctx context.Context, m tunnel.Message) error
+	Request(ctx context.Context, m tunnel.Message) (tunnel.Message, error)
+}
+
+// workerRouter routes each control message from a worker to the feature
+// that handles its type, and runs what each feature must push when a worker
+// connects. Everything registers while the proxy is built, before any
+// worker connects, so no lock is needed.
+type workerRouter struct {
+	log      *slog.Logger
+	handlers map[string]func(ctx context.Context, w workerConn, m tunnel.Message)
+	connects []func(ctx context.Context, w workerConn) error
+}
+
+func newWorkerRouter(log *slog.Logger) *workerRouter {
+	return &workerRouter{log: log, handlers: map[string]func(context.Context, workerConn, tunnel.Message){}}
+}
+
+// handle registers fn for control messages of type typ.
+func (r *workerRouter) handle(typ string, fn func(ctx context.Context, w workerConn, m tunnel.Message)) {
+	r.handlers[typ] = fn
+}
+
+// connect registers fn to run when a worker connects, before it may serve
+// requests; an error drops the worker.
+func (r *workerRouter) connect(fn func(ctx context.Context, w workerConn) error) {
+	r.connects = append(r.connects, fn)
+}
+
+// onMessage is the tunnel server's OnMessage.
+func (r *workerRouter) onMessage(ctx context.Context, w *tunnel.Worker, m tunnel.Message) {
+	r.route(ctx, w, m)
+}
+
+func (r *workerRouter) route(ctx context.Context, w workerConn, m tunnel.Message) {
+	fn, ok := r.handlers[m.Type]
+	if !ok {
+		r.log.Warn("unknown control message from worker", "type", m.Type, "cluster", w.Info().Cluster)
+		return
+	}
+	fn(ctx, w, m)
+}
+
+// onConnect is the tunnel server's OnConnect.
+func (r *workerRouter) onConnect(ctx context.Context, w *tunnel.Worker) error {
+	return r.connected(ctx, w)
+}
+
+func (r *workerRouter) connected(ctx context.Context, w workerConn) error {
+	for _, fn := range r.connects {
+		if err := fn(ctx, w); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// handleControl registers the proxy's control-stream features: session
+// events into the audit store, recording chunks into the recording store,
+// and the lock list pushed to each worker as it connects.
+func (s *Server) handleControl() {
+	s.control.handle(audit.MsgEvent, func(ctx context.Context, w workerConn, m tunnel.Message) {
+		s.reply(ctx, w, m, audit.MsgEventAck, audit.EventAck{Error: s.storeWorkerEvent(ctx, w.Info().Cluster, m)})
+	})
+	s.control.handle(recstore.MsgChunk, func(ctx context.Context, w workerConn, m tunnel.Message) {
+		s.reply(ctx, w, m, recstore.MsgAck, s.storeChunk(w.Info().Cluster, m))
+	})
+	// A worker serves nothing before it holds the current lock list.
+	s.control.connect(s.pushLocks)
+}
+
+// storeWorkerEvent stores a session event sent by a worker of cluster and
+// returns "" once it is durable, or why it was not stored. A worker reports
+// only for its own cluster, and only session events (Kube.SessionEvent).
+func (s *Server) storeWorkerEvent(ctx context.Context, cluster string, m tunnel.Message) string {
+	var ev audit.Event
+	if err := m.Decode(&ev); err != nil {
+		return "malformed event: " + err.Error()
+	}
+	if err := s.Kube.SessionEvent(ctx, cluster, ev); err != nil {
+		if errors.Is(err, ErrForeignEvent) {
+			s.log.Warn("worker event refused", "cluster", cluster, "err", err)
+		} else {
+			s.log.Error("store session event", "type", ev.Type, "err", err)
+		}
+		return err.Error()
+	}
+	return ""
+}
+
+// storeChunk stores one recording chunk under the worker's own cluster.
+func (s *Server) storeChunk(cluster string, m tunnel.Message) recstore.Ack {
+	var c recstore.Chunk
+	if err := m.Decode(&c); err != nil {
+		return recstore.Ack{Error: "malformed chunk: " + err.Error()}
+	}
+	ack := s.recordings.Put(cluster, c)
+	if ack.Error != "" {
+		s.log.Warn("recording chunk refused", "cluster", cluster, "id", c.ID, "err", ack.Error)
+	} else if ack.SHA256 != "" {
+		s.log.Info("recording stored", "cluster", cluster, "id", c.ID, "sha256", ack.SHA256)
+	}
+	return ack
+}
+
+// pushLocks sends a newly connected worker the full lock list and waits
+// for its acknowledgement.
+func (s *Server) pushLocks(ctx context.Context, w workerConn) error {
+	all, err := s.Locks.List(ctx, time.Now())
+	if err != nil {
+		return err
+	}
+	m, err := locks.ListMessage(all)
+	if err != nil {
+		return err
+	}
+	reply, err := w.Request(ctx, m)
+	if err != nil {
+		return fmt.Errorf("push locks to worker: %w", err)
+	}
+	return locks.CheckAck(reply)
+}
+
+// push sends a control message to the workers of a cluster ("" for all).
+// A worker it cannot reach is dropped by the tunnel and gets the full lock
+// list when it reconnects.
+func (s *Server) push(ctx context.Context, cluster string, build func() (tunnel.Message, error)) {
+	m, err := build()
+	if err != nil {
+		s.log.Error("build control message", "err", err)
+		return
+	}
+	if err := s.Tunnel.Broadcast(ctx, cluster, m); err != nil {
+		s.log.Warn("push to workers", "type", m.Type, "err", err)
+	}
+}
+
+func (s *Server) reply(ctx context.Context, w workerConn, m tunnel.Message, typ string, body any) {
+	r, err := m.Reply(typ, body)
+	if err == nil {
+		err = w.Send(ctx, r)
+	}
+	if err != nil {
+		s.log.Warn("reply to worker", "type", typ, "err", err)
+	}
+}

@@ -1,0 +1,288 @@
+package proxy_test
+
+import (
+	"bufio"
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/limenhq/limen/gateway/audit"
+	"github.com/limenhq/limen/gateway/grant"
+	"github.com/limenhq/limen/gateway/identity"
+	"github.com/limenhq/limen/gateway/locks"
+	"github.com/limenhq/limen/gateway/policy"
+	"github.com/limenhq/limen/gateway/proxy"
+	"github.com/limenhq/limen/gateway/sessions"
+	"github.com/limenhq/limen/gateway/tunnel"
+)
+
+// The proxy's decisions without a control plane or a worker: the worker is
+// a stand-in (named as such) on the far end of a pipe that records what the
+// proxy sent and answers as told.
+
+// fixedPolicy decides as told.
+type fixedPolicy struct {
+	groups []string
+	err    error
+}
+
+func (f fixedPolicy) Groups(context.Context, identity.Principal, policy.Cluster) (policy.Decision, error) {
+	return policy.Decision{Groups: f.groups}, f.err
+}
+
+// standInWorker answers one stream: it reads the grant and the request,
+// then writes the audit event ev (its session ID filled in from the grant
+// unless set) and a 200 response.
+type standInWorker struct {
+	grantKey ed25519.PublicKey
+	ev       audit.Event
+	noWorker bool
+	got      chan *http.Request
+	grants   chan grant.Grant
+}
+
+func (w *standInWorker) Open(_ context.Context, cluster string) (net.Conn, error) {
+	if w.noWorker {
+		return nil, fmt.Errorf("%w %q", tunnel.ErrNoWorker, cluster)
+	}
+	client, server := net.Pipe()
+	go func() {
+		defer server.Close()
+		br := bufio.NewReader(server)
+		tok, err := grant.ReadPreamble(br, grant.MaxTokenSize)
+		if err != nil {
+			return
+		}
+		g, err := grant.Verify(w.grantKey, tok, cluster, time.Now())
+		if err != nil {
+			return
+		}
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return
+		}
+		w.got <- req
+		w.grants <- g
+		ev := w.ev
+		ev.Time, ev.Principal, ev.Cluster = time.Now(), g.Principal, cluster
+		if ev.SessionID == "" {
+			ev.SessionID = g.SessionID
+		}
+		if audit.WriteEvent(server, ev) != nil {
+			return
+		}
+		_, _ = io.WriteString(server, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 9\r\n\r\nrelayed!\n")
+	}()
+	return client, nil
+}
+
+type front struct {
+	kube   *proxy.Kube
+	store  *audit.Store
+	worker *standInWorker
+	url    string
+	locks  *locks.Set
+}
+
+func newFront(t *testing.T) *front {
+	t.Helper()
+	store, err := audit.Open(context.Background(), filepath.Join(t.TempDir(), audit.FileName), audit.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
+	w := &standInWorker{grantKey: pub, got: make(chan *http.Request, 1), grants: make(chan grant.Grant, 1),
+		ev: audit.Event{Type: audit.TypeKubeRequest, Kube: &audit.KubeRequest{Method: "GET", Path: "/api", Status: 200}}}
+	set := locks.NewSet()
+	f := &front{store: store, worker: w, locks: set}
+	f.kube = &proxy.Kube{
+		Authenticate: func(r *http.Request) (identity.Principal, time.Time, error) {
+			if r.Header.Get("X-Test-Anonymous") != "" {
+				return identity.Principal{}, time.Time{}, errors.New("no client certificate")
+			}
+			return alice, time.Now().Add(time.Hour), nil
+		},
+		Policy: fixedPolicy{groups: []string{"limen:edit"}}, Tunnel: w, Audit: store, GrantKey: priv, Locks: set,
+		Sessions: sessions.New(sessions.Config{Locks: set, Logger: slog.New(slog.DiscardHandler)}),
+		Clusters: func(name string) policy.Cluster { return policy.Cluster{Name: name} },
+		Logger:   slog.New(slog.DiscardHandler), Now: time.Now,
+	}
+	srv := httptest.NewServer(f.kube)
+	t.Cleanup(srv.Close)
+	f.url = srv.URL
+	return f
+}
+
+func (f *front) get(t *testing.T, path string, header map[string]string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, f.url+path, nil)
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func (f *front) events(t *testing.T, typ audit.Type) []audit.Event {
+	t.Helper()
+	evs, err := f.store.Search(context.Background(), audit.Query{Type: typ})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return evs
+}
+
+// TestProxyRefusals: what the proxy refuses never reaches a worker, and a
+// verdict on the user is audited as the proxy's auth.denied.
+func TestProxyRefusals(t *testing.T) {
+	tests := []struct {
+		name   string
+		setup  func(f *front)
+		path   string
+		header map[string]string
+		code   int
+		reason string // auth.denied's; "" when the refusal is not a denial
+		msg    string
+	}{
+		{"non-canonical path", nil, "/k8s/demo/api/v1/namespaces/default/configmaps/%2e%2e/secrets", nil,
+			http.StatusBadRequest, "non-canonical path", "not canonical"},
+		{"not authenticated", nil, "/k8s/demo/api", map[string]string{"X-Test-Anonymous": "1"},
+			http.StatusUnauthorized, "authentication: no client certificate", "run limen login"},
+		{"locked", func(f *front) {
+			f.locks.Apply(locks.Change{Op: locks.OpSet, Lock: locks.Lock{Target: locks.TargetOf(alice), Reason: "incident 42",
+				CreatedBy: "user:admin", CreatedAt: time.Now()}})
+		}, "/k8s/demo/api", nil, http.StatusForbidden, "locked: ", "incident 42"},
+		{"policy grants no group", func(f *front) { f.kube.Policy = fixedPolicy{} }, "/k8s/demo/api", nil,
+			http.StatusForbidden, "policy grants no group on demo", "grants alice no group"},
+		{"policy unavailable", func(f *front) { f.kube.Policy = fixedPolicy{err: errors.New("no bundle")} }, "/k8s/demo/api", nil,
+			http.StatusServiceUnavailable, "", "policy is unavailable"},
+		{"no worker", func(f *front) { f.worker.noWorker = true }, "/k8s/demo/api", nil,
+			http.StatusServiceUnavailable, "", "no Limen worker is connected"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFront(t)
+			if tt.setup != nil {
+				tt.setup(f)
+			}
+			code, body := f.get(t, tt.path, tt.header)
+			if code != tt.code || !strings.Contains(body, tt.msg) {
+				t.Fatalf("%d %s, want %d with %q", code, body, tt.code, tt.msg)
+			}
+			select {
+			case r := <-f.worker.got:
+				t.Fatalf("the worker got %s", r.URL)
+			default:
+			}
+			denied := f.events(t, audit.TypeAuthDenied)
+			if tt.reason == "" {
+				if len(denied) != 0 {
+					t.Fatalf("an operator problem was audited as a denial: %+v", denied[0].Denied)
+				}
+				return
+			}
+			if len(denied) != 1 || denied[0].Denied.Hop != audit.HopProxy || !strings.HasPrefix(denied[0].Denied.Reason, tt.reason) {
+				t.Fatalf("auth.denied %+v, want the proxy's with %q", denied, tt.reason)
+			}
+		})
+	}
+}
+
+// TestProxyForwards: the worker gets the path below the cluster, no client
+// identity header, and a grant the proxy signed for the policy's groups;
+// the worker's event is stored before the response is relayed.
+func TestProxyForwards(t *testing.T) {
+	f := newFront(t)
+	code, body := f.get(t, "/k8s/demo/api/v1/namespaces/default/configmaps", map[string]string{
+		"Authorization": "Bearer stolen", "Impersonate-User": "admin", "X-Remote-Group": "system:masters",
+	})
+	if code != http.StatusOK || body != "relayed!\n" {
+		t.Fatalf("%d %q", code, body)
+	}
+	req, g := <-f.worker.got, <-f.worker.grants
+	if req.URL.Path != "/api/v1/namespaces/default/configmaps" {
+		t.Fatalf("the worker got %s", req.URL.Path)
+	}
+	for _, h := range []string{"Authorization", "Impersonate-User", "X-Remote-Group"} {
+		if req.Header.Get(h) != "" {
+			t.Fatalf("the client's %s reached the worker", h)
+		}
+	}
+	if g.Principal.Name != "alice" || len(g.Groups) != 1 || g.Groups[0] != "limen:edit" || g.Cluster != "demo" {
+		t.Fatalf("grant %+v", g)
+	}
+	if evs := f.events(t, audit.TypeKubeRequest); len(evs) != 1 || evs[0].SessionID != g.SessionID {
+		t.Fatalf("stored %+v, want the worker's kube.request for session %s", evs, g.SessionID)
+	}
+}
+
+// TestProxyTrustsAWorkerOnlyForItsStream: an event for another session is
+// not stored and the response is not relayed; with the audit store down,
+// the response is dropped with a 503.
+func TestProxyTrustsAWorkerOnlyForItsStream(t *testing.T) {
+	f := newFront(t)
+	f.worker.ev.SessionID = strings.Repeat("f", 32)
+	if code, body := f.get(t, "/k8s/demo/api", nil); code != http.StatusBadGateway || strings.Contains(body, "relayed") {
+		t.Fatalf("%d %q, want 502 without the response", code, body)
+	}
+	if evs := f.events(t, audit.TypeKubeRequest); len(evs) != 0 {
+		t.Fatalf("stored another session's event: %+v", evs)
+	}
+
+	f = newFront(t)
+	f.store.Close()
+	if code, body := f.get(t, "/k8s/demo/api", nil); code != http.StatusServiceUnavailable || strings.Contains(body, "relayed") {
+		t.Fatalf("audit down: %d %q, want 503 without the response", code, body)
+	}
+}
+
+// TestSessionEvent: a worker reports only session events of its own cluster;
+// the principal of a session the proxy relays is the proxy's.
+func TestSessionEvent(t *testing.T) {
+	f := newFront(t)
+	ctx := context.Background()
+	start := audit.Event{Type: audit.TypeSessionStart, Time: time.Now(), Cluster: "demo",
+		Principal: identity.Principal{Kind: identity.KindUser, Name: "mallory"},
+		Session:   &audit.Session{Kind: sessions.AuditKind, Login: "exec"}}
+	kube := start
+	kube.Type, kube.Session, kube.Kube = audit.TypeKubeRequest, nil, &audit.KubeRequest{Method: "GET", Path: "/api", Status: 200}
+	if err := f.kube.SessionEvent(ctx, "demo", kube); !errors.Is(err, proxy.ErrForeignEvent) {
+		t.Fatalf("kube.request on the control stream: %v, want ErrForeignEvent", err)
+	}
+	if err := f.kube.SessionEvent(ctx, "prod", start); !errors.Is(err, proxy.ErrForeignEvent) {
+		t.Fatalf("another cluster's event: %v, want ErrForeignEvent", err)
+	}
+
+	// A session the proxy relays, as ServeHTTP registers it.
+	live, err := f.kube.Sessions.Track(ctx, sessions.Session{ID: strings.Repeat("a", 32), Principal: alice, Cluster: "demo",
+		Kind: sessions.KindExec, Target: "default/p/app"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer live.End(sessions.ReasonCompleted)
+	start.SessionID = live.ID()
+	if err := f.kube.SessionEvent(ctx, "demo", start); err != nil {
+		t.Fatal(err)
+	}
+	evs := f.events(t, audit.TypeSessionStart)
+	if len(evs) != 1 || evs[0].Principal.Name != "alice" {
+		t.Fatalf("stored %+v, want the session.start as alice's, the proxy's record", evs)
+	}
+}

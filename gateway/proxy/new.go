@@ -1,0 +1,254 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/limenhq/limen/gateway/adminapi"
+	"github.com/limenhq/limen/gateway/audit"
+	"github.com/limenhq/limen/gateway/authapi"
+	"github.com/limenhq/limen/gateway/ca"
+	"github.com/limenhq/limen/gateway/enroll"
+	"github.com/limenhq/limen/gateway/identity"
+	"github.com/limenhq/limen/gateway/locks"
+	"github.com/limenhq/limen/gateway/policy"
+	"github.com/limenhq/limen/gateway/recstore"
+	"github.com/limenhq/limen/gateway/sessions"
+	"github.com/limenhq/limen/gateway/tunnel"
+	"github.com/limenhq/limen/gateway/users"
+)
+
+// Config is everything the proxy needs to build itself. cmd/limen fills it
+// from flags, the environment and the config file, and validates it with
+// errors that name the keys; New checks only what it must to build.
+type Config struct {
+	// DataDir holds the CA, the stores (users, tokens, audit, locks,
+	// recordings) and, by default, the policy's last good bundle.
+	DataDir string
+	// CA configures the certificate authority; its DataDir and Logger are
+	// filled from the Config.
+	CA ca.Options
+	// Clusters are the cluster names offered to policy for limen kube ls;
+	// ClusterLabels are the labels the policy sees for each cluster.
+	Clusters      []string
+	ClusterLabels map[string]map[string]string
+	// GrantTTL bounds each grant, and so each stream; 0 is DefaultGrantTTL.
+	GrantTTL time.Duration
+	// Policy is where the policy comes from (the embedded default when
+	// empty).
+	Policy policy.Options
+	Logger *slog.Logger
+}
+
+// Server is the assembled proxy: its CA and stores, the policy, the worker
+// tunnels and every HTTP route. Build it with New, run it with Serve, and
+// Close it when Serve returned.
+type Server struct {
+	CA     *ca.Authority
+	Users  *users.Store
+	Tokens *enroll.TokenStore
+	Policy *policy.Engine
+	Tunnel *tunnel.Server
+	Audit  *audit.Store
+	// Mux serves every route but /k8s/ (Kube); a caller may add routes
+	// before Serve.
+	Mux  *http.ServeMux
+	Kube *Kube
+	// Locks is the lock store; LockSet the locks in force, which every
+	// request is checked against; Sessions the live-session registry whose
+	// watchdog ends streams.
+	Locks    *locks.Store
+	LockSet  *locks.Set
+	Sessions *sessions.Registry
+
+	recordings *recstore.Store
+	control    *workerRouter
+	log        *slog.Logger
+}
+
+// New opens the data directory and builds the proxy: CA, stores, policy,
+// the tunnel server with its control-stream handlers, /k8s/, the identity
+// API under /v1/ and the admin API. It starts nothing; Serve does.
+func New(ctx context.Context, c Config) (_ *Server, err error) {
+	log := c.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	if c.DataDir == "" {
+		return nil, errors.New("proxy: DataDir is required")
+	}
+	if err := os.MkdirAll(c.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("data-dir: %w", err)
+	}
+	caOpts := c.CA
+	caOpts.DataDir, caOpts.Logger = c.DataDir, log
+	authority, err := ca.Open(caOpts)
+	if err != nil {
+		return nil, err
+	}
+	popts := c.Policy
+	if popts.Logger == nil {
+		popts.Logger = log
+	}
+	pol, err := policy.New(ctx, popts)
+	if err != nil {
+		return nil, fmt.Errorf("policy: %w", err)
+	}
+	s := &Server{CA: authority, Policy: pol, Mux: http.NewServeMux(), log: log, control: newWorkerRouter(log)}
+	defer func() {
+		if err != nil {
+			s.Close()
+		}
+	}()
+	s.Tunnel = &tunnel.Server{Logger: log.With("component", "tunnel"),
+		OnMessage: s.control.onMessage, OnConnect: s.control.onConnect}
+	if s.Audit, err = audit.Open(ctx, audit.Path(c.DataDir), audit.Options{Logger: log}); err != nil {
+		return nil, fmt.Errorf("audit store: %w", err)
+	}
+	if s.Users, err = users.Open(users.Path(c.DataDir), users.Options{}); err != nil {
+		return nil, err
+	}
+	if s.Tokens, err = enroll.OpenTokenStore(enroll.TokenStorePath(c.DataDir), enroll.TokenStoreOptions{Audit: s.Audit}); err != nil {
+		return nil, err
+	}
+	if s.recordings, err = recstore.Open(recstore.Path(c.DataDir)); err != nil {
+		return nil, err
+	}
+	if err := s.openLocks(ctx, c.DataDir); err != nil {
+		return nil, err
+	}
+	s.Kube = s.newKube(c)
+	s.handleControl()
+	if err := s.mountAPIs(c); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// openLocks opens the lock store, loads the locks in force, and starts the
+// session registry that ends a locked user's streams.
+func (s *Server) openLocks(ctx context.Context, dataDir string) error {
+	store, err := locks.Open(ctx, locks.Path(dataDir))
+	if err != nil {
+		return fmt.Errorf("lock store: %w", err)
+	}
+	s.Locks, s.LockSet = store, locks.NewSet()
+	all, err := store.List(ctx, time.Now())
+	if err != nil {
+		return fmt.Errorf("lock store: %w", err)
+	}
+	s.LockSet.Replace(all)
+	// The worker reports each session's one session.end; the proxy's end
+	// reason joins it there (Kube.SessionEvent).
+	s.Sessions = sessions.New(sessions.Config{Locks: s.LockSet, Logger: s.log.With("component", "sessions")})
+	return nil
+}
+
+// newKube builds the /k8s/ route: authenticate, decide, grant, tunnel.
+func (s *Server) newKube(c Config) *Kube {
+	return &Kube{
+		Authenticate: func(r *http.Request) (identity.Principal, time.Time, error) {
+			p, err := s.CA.PrincipalFromRequest(r)
+			if err != nil {
+				return p, time.Time{}, err
+			}
+			return p, r.TLS.PeerCertificates[0].NotAfter, nil
+		},
+		Policy:   s.Policy,
+		Tunnel:   s.Tunnel,
+		Audit:    s.Audit,
+		GrantKey: s.CA.GrantSigningKey(),
+		Locks:    s.LockSet,
+		Sessions: s.Sessions,
+		Clusters: func(name string) policy.Cluster { return policy.Cluster{Name: name, Labels: c.ClusterLabels[name]} },
+		GrantTTL: c.GrantTTL,
+		Logger:   s.log.With("component", "kube"),
+		Now:      time.Now,
+	}
+}
+
+// mountAPIs mounts the identity API under /v1/ and the admin API, whose lock
+// changes and kills are pushed to the workers.
+func (s *Server) mountAPIs(c Config) error {
+	api, err := authapi.New(authapi.Config{CA: s.CA, Users: s.Users, Tokens: s.Tokens, Admin: s.Policy,
+		Clusters: configuredClusters{engine: s.Policy, names: c.Clusters, labels: c.ClusterLabels}, Workers: s.Tunnel,
+		Audit: s.Audit, Locks: s.LockSet, Logger: s.log})
+	if err != nil {
+		return err
+	}
+	s.Mux.Handle("/v1/", api)
+	admin, err := adminapi.New(adminapi.Config{
+		LockStore: s.Locks, Locks: s.LockSet, Sessions: s.Sessions, Admin: s.Policy, Principal: s.CA.PrincipalFromRequest,
+		Audit: s.Audit, Logger: s.log.With("component", "admin"),
+		OnChange: func(ctx context.Context, ch locks.Change) {
+			s.LockSet.Apply(ch)
+			s.push(ctx, "", func() (tunnel.Message, error) { return locks.ChangeMessage(ch) })
+		},
+		OnKill: func(ctx context.Context, info sessions.Info, by identity.Principal) {
+			s.push(ctx, info.Cluster, func() (tunnel.Message, error) { return sessions.KillMessage(info.ID, by.String()) })
+		},
+	})
+	if err != nil {
+		return err
+	}
+	admin.Register(s.Mux)
+	return nil
+}
+
+// Serve runs the policy poller and the one TLS port — worker tunnels,
+// HTTP/2 and HTTP/1.1, told apart by ALPN — until ctx ends.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	wg.Go(func() { _ = s.Policy.Run(ctx) })
+	p := &port{TLS: s.CA.ServerTLSConfig(), Kube: s.Kube, Handler: s.Mux, Tunnel: s.Tunnel,
+		WorkerCluster: s.CA.ClusterFromChains, Logger: s.log}
+	return p.Serve(ctx, ln)
+}
+
+// Close releases the stores; call it after Serve returned.
+func (s *Server) Close() {
+	if s.Users != nil {
+		s.Users.Close()
+	}
+	if s.Tokens != nil {
+		s.Tokens.Close()
+	}
+	if s.Sessions != nil {
+		s.Sessions.Close()
+	}
+	if s.Locks != nil {
+		s.Locks.Close()
+	}
+	if s.Audit != nil {
+		s.Audit.Close()
+	}
+	if s.Policy != nil {
+		s.Policy.Close()
+	}
+}
+
+// configuredClusters asks policy which of the configured clusters a
+// principal may reach.
+type configuredClusters struct {
+	engine *policy.Engine
+	names  []string
+	labels map[string]map[string]string
+}
+
+func (c configuredClusters) Clusters(ctx context.Context, p identity.Principal) ([]string, error) {
+	cands := make([]policy.Cluster, 0, len(c.names))
+	for _, n := range c.names {
+		cands = append(cands, policy.Cluster{Name: n, Labels: c.labels[n]})
+	}
+	return c.engine.Clusters(ctx, p, cands)
+}

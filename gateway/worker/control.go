@@ -1,0 +1,133 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/limenhq/limen/gateway/audit"
+	"github.com/limenhq/limen/gateway/locks"
+	"github.com/limenhq/limen/gateway/sessions"
+	"github.com/limenhq/limen/gateway/tunnel"
+)
+
+// The worker's side of the control stream (DESIGN.md §1): the proxy pushes
+// the lock list, lock changes and kills, each acknowledged; the worker
+// sends session events (EventRelay) and recordings (Uploader), each
+// answered.
+
+// Sender sends a control message without waiting for a reply; the tunnel
+// Client is one.
+type Sender interface {
+	Send(ctx context.Context, m tunnel.Message) error
+}
+
+// proxyRouter routes each control message from the proxy to the feature
+// that handles its type. Everything registers before the tunnel starts, so
+// no lock is needed.
+type proxyRouter struct {
+	log      *slog.Logger
+	handlers map[string]func(ctx context.Context, m tunnel.Message)
+}
+
+func newProxyRouter(log *slog.Logger) *proxyRouter {
+	return &proxyRouter{log: log, handlers: map[string]func(context.Context, tunnel.Message){}}
+}
+
+// handle registers fn for control messages of type typ.
+func (r *proxyRouter) handle(typ string, fn func(ctx context.Context, m tunnel.Message)) {
+	r.handlers[typ] = fn
+}
+
+// onMessage is the tunnel client's OnMessage.
+func (r *proxyRouter) onMessage(ctx context.Context, m tunnel.Message) {
+	fn, ok := r.handlers[m.Type]
+	if !ok {
+		r.log.Warn("unknown control message from proxy", "type", m.Type)
+		return
+	}
+	fn(ctx, m)
+}
+
+// handleLocks keeps set, the worker's copy of the proxy's locks, current
+// from the proxy's pushes, and ends the sessions in reg the proxy kills:
+// every request is checked on this hop too, and a lock or kill ends this
+// hop's streams. Each push is acknowledged on to.
+func (r *proxyRouter) handleLocks(to Sender, set *locks.Set, reg *sessions.Registry) {
+	answer := func(handle func(tunnel.Message) (tunnel.Message, error)) func(context.Context, tunnel.Message) {
+		return func(ctx context.Context, m tunnel.Message) {
+			reply, err := handle(m)
+			if err != nil {
+				r.log.Error("control message refused", "type", m.Type, "err", err)
+			}
+			// Replies leave the control loop so that it never waits on a send.
+			go func() {
+				if err := to.Send(ctx, reply); err != nil {
+					r.log.Warn("reply to proxy", "type", reply.Type, "err", err)
+				}
+			}()
+		}
+	}
+	for _, typ := range []string{locks.TypeList, locks.TypeSet, locks.TypeRemove} {
+		r.handle(typ, answer(set.HandleMessage))
+	}
+	r.handle(sessions.TypeKill, answer(reg.HandleMessage))
+}
+
+// EventRelay delivers session events to the proxy's audit store over the
+// control stream (audit.MsgEvent) and reports success only once the proxy
+// acknowledged the event as stored. It is the Handler's Events.
+type EventRelay struct {
+	Tunnel Requester
+	// Retry is the wait between two attempts while the tunnel is down;
+	// 0 is DefaultEventRetry.
+	Retry time.Duration
+}
+
+// DefaultEventRetry is how often EventRelay retries while the tunnel
+// reconnects.
+const DefaultEventRetry = 250 * time.Millisecond
+
+// Send delivers ev and waits for its acknowledgement, retrying while the
+// tunnel is down or reconnecting, until ctx ends. Any other failure, and a
+// proxy that answers that it did not store the event, is returned at once:
+// the stream it belongs to must not start (or must end).
+func (r *EventRelay) Send(ctx context.Context, ev audit.Event) error {
+	m, err := tunnel.NewMessage(audit.MsgEvent, ev)
+	if err != nil {
+		return err
+	}
+	retry := r.Retry
+	if retry <= 0 {
+		retry = DefaultEventRetry
+	}
+	for {
+		reply, err := r.Tunnel.Request(ctx, m)
+		if err == nil {
+			return checkEventAck(reply)
+		}
+		if !errors.Is(err, tunnel.ErrNotConnected) && !errors.Is(err, tunnel.ErrTunnelClosed) {
+			return err
+		}
+		t := time.NewTimer(retry)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("audit event not delivered: %w", err)
+		case <-t.C:
+		}
+	}
+}
+
+func checkEventAck(reply tunnel.Message) error {
+	var ack audit.EventAck
+	if err := reply.Decode(&ack); err != nil {
+		return fmt.Errorf("audit ack: %w", err)
+	}
+	if ack.Error != "" {
+		return fmt.Errorf("proxy did not store the event: %s", ack.Error)
+	}
+	return nil
+}
