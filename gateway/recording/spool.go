@@ -286,16 +286,17 @@ func (s *Spool) item(id, cast string) (Item, error) {
 	if err != nil {
 		return Item{}, fmt.Errorf("spool: %w", err)
 	}
-	sum, err := readSum(cast + extSum)
+	sum, err := ReadSumFile(cast + extSum)
 	if err != nil {
 		return Item{}, fmt.Errorf("spool: checksum of %s: %w", id, err)
 	}
 	return Item{ID: id, Size: fi.Size(), SHA256: sum}, nil
 }
 
-// readSum reads a checksum file: one hex SHA-256 and a newline. Anything
-// longer is not one of ours and is not read whole.
-func readSum(name string) (string, error) {
+// ReadSumFile reads a checksum file: one hex SHA-256 and a newline.
+// Anything longer is not one of ours and is not read whole. The spool and
+// the proxy's recording store keep their checksums this way.
+func ReadSumFile(name string) (string, error) {
 	f, err := os.Open(name)
 	if err != nil {
 		return "", err

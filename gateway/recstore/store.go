@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -23,6 +24,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/limenhq/limen/gateway/recording"
 )
 
 // DirName is the store's directory inside the proxy's data directory.
@@ -234,26 +237,17 @@ func syncDir(dir string) error {
 	return nil
 }
 
-// readSum reads the checksum of a stored recording: one hex SHA-256 and a
-// newline. A longer file is not one of ours and is not read whole.
+// readSum reads the checksum of a stored recording; a recording without
+// its cast file is not stored.
 func readSum(cast string) (string, error) {
 	if _, err := os.Stat(cast); err != nil {
 		return "", err
 	}
-	f, err := os.Open(cast + extSum)
-	if err != nil {
-		return "", err
+	sum, err := recording.ReadSumFile(cast + extSum)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("recording store: %w", err)
 	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, 2*sha256.Size+2))
-	if err != nil {
-		return "", err
-	}
-	sum := strings.TrimSpace(string(b))
-	if _, err := hex.DecodeString(sum); err != nil || len(sum) != 2*sha256.Size {
-		return "", fmt.Errorf("recording store: %s does not hold a hex SHA-256", filepath.Base(cast)+extSum)
-	}
-	return sum, nil
+	return sum, err
 }
 
 // List returns every stored recording, oldest first.
