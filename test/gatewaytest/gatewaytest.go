@@ -64,6 +64,9 @@ type Env struct {
 // --debug-listen.
 type Options struct {
 	ProxyArgs, WorkerArgs []string
+	// Bin is a limen binary to run instead of building one, for a second
+	// Env in the same test binary (the build links for seconds).
+	Bin string
 }
 
 // Start builds limen, applies deploy/kube, and starts the proxy and one
@@ -79,12 +82,15 @@ func StartWith(ctx context.Context, c *controlplane.Cluster, dir string, log io.
 	if err != nil {
 		return nil, err
 	}
-	e.Bin = filepath.Join(dir, "limen")
-	e.step("building limen")
-	build := exec.CommandContext(ctx, "go", "build", "-o", e.Bin, "./cmd/limen")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("go build ./cmd/limen: %w\n%s", err, out)
+	e.Bin = opts.Bin
+	if e.Bin == "" {
+		e.Bin = filepath.Join(dir, "limen")
+		e.step("building limen")
+		build := exec.CommandContext(ctx, "go", "build", "-o", e.Bin, "./cmd/limen")
+		build.Dir = root
+		if out, err := build.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("go build ./cmd/limen: %w\n%s", err, out)
+		}
 	}
 	e.step("applying deploy/kube (worker RBAC, group bindings)")
 	if _, err := e.run(ctx, "", nil, controlplane.KubectlPath(c), "--kubeconfig", c.Kubeconfig, "apply", "-f", filepath.Join(root, "deploy", "kube")); err != nil {
