@@ -7,23 +7,48 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"strings"
 )
 
 // IsIdentityHeader reports whether name (in any case) is a header the client
-// may not set: Authorization, Impersonate-*, X-Remote-* or X-Limen-*.
+// may not set: Authorization, Impersonate-*, X-Remote-* or X-Limen-*, which
+// say who the caller is, and Forwarded, X-Forwarded-* or X-Real-Ip, which say
+// where the caller is (the API server's audit log takes its source IPs from
+// X-Forwarded-For; the worker sets it from the grant, see SetForwardedFor).
 func IsIdentityHeader(name string) bool {
-	if strings.EqualFold(name, "authorization") {
-		return true
+	for _, n := range [...]string{"authorization", "forwarded", "x-real-ip"} {
+		if strings.EqualFold(name, n) {
+			return true
+		}
 	}
 	// Prefixes that carry identity to the API server (impersonation,
-	// request-header authentication) or to Limen itself.
-	for _, p := range [...]string{"impersonate-", "x-remote-", "x-limen-"} {
+	// request-header authentication), to Limen itself, or a client address.
+	for _, p := range [...]string{"impersonate-", "x-remote-", "x-limen-", "x-forwarded-"} {
 		if len(name) >= len(p) && strings.EqualFold(name[:len(p)], p) {
 			return true
 		}
 	}
 	return false
+}
+
+// HeaderForwardedFor carries the client's address to the API server.
+const HeaderForwardedFor = "X-Forwarded-For"
+
+// SetForwardedFor sets X-Forwarded-For to the host of clientAddr, the
+// caller's address as the proxy saw it (host:port, from the verified grant),
+// so that the cluster's audit log shows the real client rather than the
+// worker. Any other forwarding header must already be stripped. An address
+// that is not an IP (with or without a port) sets nothing.
+func SetForwardedFor(h http.Header, clientAddr string) {
+	ip, err := netip.ParseAddr(clientAddr)
+	if ap, perr := netip.ParseAddrPort(clientAddr); perr == nil {
+		ip, err = ap.Addr(), nil
+	}
+	if err != nil {
+		return
+	}
+	h[HeaderForwardedFor] = []string{ip.Unmap().String()}
 }
 
 // StripIdentity deletes every identity header from h, whatever the case of

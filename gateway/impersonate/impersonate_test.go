@@ -3,6 +3,7 @@ package impersonate
 import (
 	"errors"
 	"net/http"
+	"net/netip"
 	"slices"
 	"strings"
 	"testing"
@@ -23,6 +24,10 @@ func TestStripIdentity(t *testing.T) {
 		"X-Remote-Extra-Foo":              {"bar"},
 		"X-Limen-Grant":                   {"forged"},
 		"x-LIMEN-anything":                {"forged"},
+		"X-Forwarded-For":                 {"10.0.0.1", "10.0.0.2"},
+		"x-forwarded-host":                {"evil"},
+		"Forwarded":                       {"for=10.0.0.1"},
+		"X-REAL-IP":                       {"10.0.0.1"},
 		"Accept":                          {"application/json"},
 		"Content-Type":                    {"application/json"},
 		"X-Request-Id":                    {"42"},
@@ -30,8 +35,8 @@ func TestStripIdentity(t *testing.T) {
 		"X-Remote":                        {"not a prefix match"},
 	}
 	removed := StripIdentity(h)
-	if len(removed) != 13 {
-		t.Errorf("removed %d headers %q, want 13", len(removed), removed)
+	if len(removed) != 17 {
+		t.Errorf("removed %d headers %q, want 17", len(removed), removed)
 	}
 	var left []string
 	for k := range h {
@@ -49,6 +54,8 @@ func TestIsIdentityHeader(t *testing.T) {
 		"Authorization": true, "AUTHORIZATION": true, "Authorization2": false,
 		"Proxy-Authorization": false, "Impersonate-": true, "impersonate-user": true,
 		"X-Remote-": true, "X-Limen-": true, "X-Limenx": false, "": false, "Imp": false,
+		"Forwarded": true, "FORWARDED": true, "Forwarded-For": false, "X-Forwarded-For": true,
+		"x-forwarded-proto": true, "X-Forwarded": false, "X-Real-Ip": true, "X-Real-IP-2": false,
 	} {
 		if got := IsIdentityHeader(name); got != want {
 			t.Errorf("IsIdentityHeader(%q) = %v, want %v", name, got, want)
@@ -118,4 +125,45 @@ func TestImpersonateRefuses(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestSetForwardedFor(t *testing.T) {
+	for addr, want := range map[string]string{
+		"192.0.2.7:51234":        "192.0.2.7",
+		"[2001:db8::1]:443":      "2001:db8::1",
+		"[::ffff:192.0.2.9]:1":   "192.0.2.9",
+		"192.0.2.8":              "192.0.2.8",
+		"":                       "",
+		"host.example:80":        "",
+		"192.0.2.7:1, 10.0.0.1":  "",
+		"192.0.2.7\r\nX-Evil: 1": "",
+	} {
+		h := http.Header{}
+		SetForwardedFor(h, addr)
+		if got := h.Get(HeaderForwardedFor); got != want || len(h.Values(HeaderForwardedFor)) > 1 {
+			t.Errorf("SetForwardedFor(%q) = %q, want %q", addr, h.Values(HeaderForwardedFor), want)
+		}
+	}
+}
+
+// FuzzSetForwardedFor: whatever the grant's address, X-Forwarded-For is
+// absent or one IP address, never anything that could split a header.
+func FuzzSetForwardedFor(f *testing.F) {
+	for _, s := range []string{"192.0.2.7:51234", "[2001:db8::1]:443", "host:80", "1.2.3.4\r\nX: y", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, addr string) {
+		h := http.Header{}
+		SetForwardedFor(h, addr)
+		vs := h.Values(HeaderForwardedFor)
+		if len(vs) == 0 {
+			return
+		}
+		if len(vs) != 1 {
+			t.Fatalf("%q: %d values", addr, len(vs))
+		}
+		if _, err := netip.ParseAddr(vs[0]); err != nil || strings.ContainsAny(vs[0], "\r\n ,") {
+			t.Fatalf("%q: X-Forwarded-For %q is not one IP address", addr, vs[0])
+		}
+	})
 }

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -212,6 +213,7 @@ func TestProxyForwards(t *testing.T) {
 	f := newFront(t)
 	code, body := f.get(t, "/k8s/demo/api/v1/namespaces/default/configmaps", map[string]string{
 		"Authorization": "Bearer stolen", "Impersonate-User": "admin", "X-Remote-Group": "system:masters",
+		"X-Forwarded-For": "10.9.9.9", "Forwarded": "for=10.9.9.9", "X-Real-Ip": "10.9.9.9", "X-Forwarded-Host": "evil",
 	})
 	if code != http.StatusOK || body != "relayed!\n" {
 		t.Fatalf("%d %q", code, body)
@@ -220,10 +222,13 @@ func TestProxyForwards(t *testing.T) {
 	if req.URL.Path != "/api/v1/namespaces/default/configmaps" {
 		t.Fatalf("the worker got %s", req.URL.Path)
 	}
-	for _, h := range []string{"Authorization", "Impersonate-User", "X-Remote-Group"} {
+	for _, h := range []string{"Authorization", "Impersonate-User", "X-Remote-Group", "Forwarded", "X-Real-Ip", "X-Forwarded-Host"} {
 		if req.Header.Get(h) != "" {
 			t.Fatalf("the client's %s reached the worker", h)
 		}
+	}
+	if xff := req.Header.Values("X-Forwarded-For"); slices.ContainsFunc(xff, func(v string) bool { return strings.Contains(v, "10.9.9.9") }) {
+		t.Fatalf("the client's claimed address reached the worker: X-Forwarded-For %q", xff)
 	}
 	if g.Principal.Name != "alice" || len(g.Groups) != 1 || g.Groups[0] != "limen:edit" || g.Cluster != "demo" {
 		t.Fatalf("grant %+v", g)

@@ -116,9 +116,10 @@ func (x *exchange) track(ctx context.Context) (_ context.Context, untrack func()
 }
 
 // impersonate builds the request to the API server as the admitted
-// identity: client identity headers are gone (admit), Impersonate-User,
-// one Impersonate-Group per admitted group and the session as an extra are
-// set, and the worker's own ServiceAccount token authenticates it.
+// identity: client identity and forwarding headers are gone (admit),
+// Impersonate-User, one Impersonate-Group per admitted group and the session
+// as an extra are set, X-Forwarded-For names the client the proxy saw, and
+// the worker's own ServiceAccount token authenticates it.
 func (x *exchange) impersonate(ctx context.Context) (*http.Request, *refusal) {
 	h, g := x.h, x.adm.grant
 	token, err := h.Token()
@@ -130,6 +131,7 @@ func (x *exchange) impersonate(ctx context.Context) (*http.Request, *refusal) {
 	if err := impersonate.Set(out.Header, g.Principal.Name, x.adm.groups, g.SessionID); err != nil {
 		return nil, &refusal{http.StatusForbidden, "Limen refuses to impersonate: " + err.Error(), "impersonation: " + err.Error()}
 	}
+	impersonate.SetForwardedFor(out.Header, g.ClientAddr)
 	out.Header.Set("Authorization", "Bearer "+token)
 	if x.upgrading {
 		offerDecodable(out.Header)

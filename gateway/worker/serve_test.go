@@ -291,6 +291,7 @@ func TestImpersonatesTheAdmittedGroupsOnly(t *testing.T) {
 	for k, v := range map[string]string{
 		"Authorization": "Bearer stolen", "Impersonate-User": "admin", "Impersonate-Group": "system:masters",
 		"impersonate-extra-scopes": "x", "X-Remote-User": "admin", "X-Limen-Session": "forged",
+		"X-Forwarded-For": "10.9.9.9", "Forwarded": "for=10.9.9.9", "X-Real-Ip": "10.9.9.9", "X-Forwarded-Host": "evil",
 	} {
 		req.Header.Add(k, v)
 	}
@@ -308,9 +309,15 @@ func TestImpersonatesTheAdmittedGroupsOnly(t *testing.T) {
 		t.Fatalf("the API server saw %v", h)
 	}
 	for k := range h {
-		if l := strings.ToLower(k); strings.HasPrefix(l, "x-remote-") || strings.HasPrefix(l, "x-limen-") || l == "impersonate-extra-scopes" {
+		if l := strings.ToLower(k); strings.HasPrefix(l, "x-remote-") || strings.HasPrefix(l, "x-limen-") || l == "impersonate-extra-scopes" ||
+			l == "forwarded" || l == "x-real-ip" || l == "x-forwarded-host" {
 			t.Fatalf("the client's %s reached the API server", k)
 		}
+	}
+	// The cluster's audit log names the client the proxy saw (the grant),
+	// never an address the client claimed.
+	if got := h.Values("X-Forwarded-For"); !slices.Equal(got, []string{"192.0.2.1"}) {
+		t.Fatalf("X-Forwarded-For %q, want the grant's client address only", got)
 	}
 	if ev.Type != audit.TypeKubeRequest || !slices.Equal(ev.Groups, []string{"limen:view"}) || ev.Kube.Verb != "list" ||
 		ev.Kube.Resource != "configmaps" || ev.Kube.Status != http.StatusOK || ev.SessionID != sid {
