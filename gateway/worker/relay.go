@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"sync"
@@ -154,6 +155,9 @@ func (s *session) clientFlow(dst io.Writer, src io.Reader) error {
 // with a failure status the client reports, instead of a cut stream the
 // client might take for success.
 func (s *session) serverFlow(dst io.Writer, up io.Reader) error {
+	if os.Getenv("LIMEN_EXPERIMENT_NO_READAHEAD") == "1" { // EXPERIMENT ONLY, never landed
+		return s.relayFrames(dst, up)
+	}
 	src, stop := s.readAhead(up)
 	defer stop()
 	return s.relayFrames(dst, src)
