@@ -62,16 +62,10 @@ func (s *session) relay(ctx context.Context, up upstream, pair *decode.Pair) (st
 func (s *session) endReason(ctx context.Context, res relay.Result) (string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var re *recordError
 	switch {
-	case errors.Is(s.refused, recording.ErrCapReached):
-		return audit.EndRecordingCap, s.refused
-	case s.refused != nil && errors.As(s.refused, &re):
-		return audit.EndRecordFailed, s.refused
-	case s.refused != nil && errors.Is(s.refused, relay.ErrBacklog):
-		return audit.EndError, s.refused
 	case s.refused != nil:
-		return audit.EndDecodeFailed, s.refused
+		reason, _ := refusedEnd(s.refused)
+		return reason, s.refused
 	case res.Ended:
 		var ended *sessions.Ended
 		if errors.As(context.Cause(ctx), &ended) {
@@ -313,21 +307,27 @@ func (b Backlog) open() *relay.Backlog {
 // attach; port-forward has none).
 func (s *session) hasExit() bool { return s.login != string(sessions.KindPortForward) }
 
+// refusedEnd says how a stream Limen refused ends: the session.end reason
+// and the words the user gets, from one classification of err.
+func refusedEnd(err error) (reason, msg string) {
+	var ce *recording.CapError
+	var re *recordError
+	switch {
+	case errors.As(err, &ce):
+		return audit.EndRecordingCap, fmt.Sprintf("Limen ended the session: its recording reached the worker's cap of %s (recording-max-bytes), "+
+			"so nothing past that point was shown; ask your operator if sessions need more", recording.FormatBytes(ce.Max))
+	case errors.As(err, &re):
+		return audit.EndRecordFailed, "Limen ended the session because it could not record it; ask your operator to check the worker's recording spool"
+	case errors.Is(err, relay.ErrBacklog):
+		return audit.EndError, "Limen ended the session because the worker could not hold the command's output; ask your operator to check the worker's data directory"
+	}
+	return audit.EndDecodeFailed, "Limen ended the session because it could not decode the stream: " + err.Error()
+}
+
 // refusalMessage tells the user why Limen ended the stream.
 func refusalMessage(err error) string {
-	var ce *recording.CapError
-	if errors.As(err, &ce) {
-		return fmt.Sprintf("Limen ended the session: its recording reached the worker's cap of %s (recording-max-bytes), "+
-			"so nothing past that point was shown; ask your operator if sessions need more", recording.FormatBytes(ce.Max))
-	}
-	var re *recordError
-	if errors.As(err, &re) {
-		return "Limen ended the session because it could not record it; ask your operator to check the worker's recording spool"
-	}
-	if errors.Is(err, relay.ErrBacklog) {
-		return "Limen ended the session because the worker could not hold the command's output; ask your operator to check the worker's data directory"
-	}
-	return "Limen ended the session because it could not decode the stream: " + err.Error()
+	_, msg := refusedEnd(err)
+	return msg
 }
 
 // brokeHow words a read error from the API server for the user.
