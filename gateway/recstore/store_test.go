@@ -5,6 +5,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -82,4 +84,40 @@ func TestPutRefusesBadNamesAndGaps(t *testing.T) {
 	if ack := s.Put("demo", Chunk{ID: "s", Data: make([]byte, MaxChunk+1)}); ack.Error == "" {
 		t.Error("an oversized chunk was accepted")
 	}
+}
+
+// FuzzPut: whatever chunks a worker sends (ids, offsets, sizes and
+// checksums it chose), the store never panics, never writes outside its
+// directory, and whatever it reports stored has the checksum it reports.
+func FuzzPut(f *testing.F) {
+	data := []byte("recording line\n")
+	sum := sha256.Sum256(data)
+	f.Add("s1", int64(0), data, true, int64(len(data)), hex.EncodeToString(sum[:]))
+	f.Add("../x", int64(0), data, true, int64(1), "00")
+	f.Add("s2", int64(7), data, false, int64(0), "")
+	f.Add("s3", int64(-1), []byte{}, true, int64(-5), strings.Repeat("f", 64))
+	f.Fuzz(func(t *testing.T, id string, off int64, chunk []byte, final bool, size int64, sha string) {
+		root := t.TempDir()
+		s, err := Open(filepath.Join(root, "store"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ack := s.Put("demo", Chunk{ID: id, Offset: off, Data: chunk, Final: final, Size: size, SHA256: sha})
+		if ack.Error == "" && final {
+			r, info, err := s.Open(id)
+			if err != nil {
+				t.Fatalf("acked %+v but cannot open %q: %v", ack, id, err)
+			}
+			b, _ := io.ReadAll(r)
+			r.Close()
+			got := sha256.Sum256(b)
+			if hex.EncodeToString(got[:]) != ack.SHA256 || info.SHA256 != ack.SHA256 {
+				t.Fatalf("stored %q with checksum %s, ack says %s", id, hex.EncodeToString(got[:]), ack.SHA256)
+			}
+		}
+		entries, _ := os.ReadDir(root)
+		if len(entries) != 1 || entries[0].Name() != "store" {
+			t.Fatalf("Put(%q) wrote outside the store: %v", id, entries)
+		}
+	})
 }
