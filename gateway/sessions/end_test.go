@@ -27,7 +27,11 @@ func TestCompleteEnd(t *testing.T) {
 			audit.EndTunnelClosed, audit.EndKilled, audit.HopProxy, "", false},
 		{"proxy expiry", Info{End: ended, Reason: ReasonExpired}, audit.EndClientClosed, audit.EndExpired, audit.HopProxy, "", false},
 		{"proxy shutdown", Info{End: ended, Reason: ReasonShutdown}, audit.EndClientClosed, audit.EndShutdown, audit.HopProxy, "", false},
-		{"the command completed first", Info{End: ended, Reason: ReasonLocked}, audit.EndCompleted, audit.EndCompleted, audit.HopWorker, "", false},
+		// A shell exits 0 when the cut reaches its stdin: the exit came
+		// after the lock, which ended a stream still open at the proxy.
+		{"proxy lock, the shell exited as its stdin closed", Info{End: ended, Reason: ReasonLocked, Detail: "incident 42"},
+			audit.EndCompleted, audit.EndLocked, audit.HopProxy, "incident 42", false},
+		{"the command completed before the proxy's end", Info{End: ended, Reason: ReasonCompleted}, audit.EndCompleted, audit.EndCompleted, audit.HopWorker, "", false},
 		{"proxy lock, a port-forward's clean close reached the worker", Info{End: ended, Reason: ReasonLocked, Detail: "incident 42"},
 			audit.EndCompleted, audit.EndLocked, audit.HopProxy, "incident 42", true},
 		{"a truncation is the worker's finding", Info{End: ended, Reason: ReasonKilled}, audit.EndTruncated, audit.EndTruncated, audit.HopWorker, "", false},

@@ -141,22 +141,25 @@ type Info struct {
 func (i Info) Live() bool { return i.End.IsZero() }
 
 // CompleteEnd completes end, the session.end body a worker reported for
-// this session, with what this hop knows: when this hop ended the session
-// from outside (a lock, a kill, the grant's expiry, shutdown) and the worker
-// saw only its client side go away (client_closed, tunnel_closed), the end
-// is this hop's reason, in its words. So it is when the worker saw a clean
-// end without an exit status (a port-forward, a watch, a log): the stream
-// was live here when this hop ended it, and the clean close the worker saw
-// was that end reaching it. Whatever else the worker found itself (an exit
-// status, its own watchdog, a truncation) stands, and so do its facts: exit
-// code, bytes, recording.
+// this session, with what this hop knows. When this hop ended the session
+// from outside (a lock, a kill, the grant's expiry, shutdown) while its
+// stream was still open here, the end is this hop's reason, in its words,
+// if all the worker saw was that end reaching it:
+//   - its client side going away (client_closed, tunnel_closed);
+//   - a clean end (completed), with or without an exit status. Cutting the
+//     tunnel ends the command's stdin at the worker, and a shell whose stdin
+//     ends exits 0; a port-forward, watch or log just closes. Had the
+//     command ended first, its end would have closed the stream here before
+//     the lock, and this hop's reason would not be one from outside.
+//
+// Whatever else the worker found itself (its own watchdog, a truncation, a
+// refused chunk) stands, and so do its facts: exit code, bytes, recording.
 func (i Info) CompleteEnd(end *audit.Session) {
 	if i.Live() || !i.Reason.outside() {
 		return
 	}
-	switch {
-	case end.EndReason == audit.EndClientClosed, end.EndReason == audit.EndTunnelClosed, end.EndReason == "",
-		end.EndReason == audit.EndCompleted && end.ExitCode == nil:
+	switch end.EndReason {
+	case audit.EndClientClosed, audit.EndTunnelClosed, audit.EndCompleted, "":
 		end.EndReason, end.EndDetail, end.EndHop = string(i.Reason), i.Detail, audit.HopProxy
 	}
 }
