@@ -7,23 +7,30 @@ import (
 	"time"
 )
 
-// table is a Markdown table of figures: direct, Limen and their ratio.
-type table struct{ rows [][4]string }
+// table is a Markdown table of figures: direct, the one-hop baseline,
+// Limen, and the ratios of the baseline's and Limen's to direct.
+type table struct{ rows [][6]string }
 
-func (t *table) add(figure, direct, limen, ratio string) {
-	t.rows = append(t.rows, [4]string{figure, direct, limen, ratio})
+func (t *table) add(figure, direct, baseline, limen, baseRatio, limenRatio string) {
+	t.rows = append(t.rows, [6]string{figure, direct, baseline, limen, baseRatio, limenRatio})
 }
 
-// pair adds a row whose ratio is limen/direct.
+// three adds a row of all three paths, with their ratios to direct.
+func (t *table) three(figure, format string, direct, baseline, limen float64) {
+	t.add(figure, fmt.Sprintf(format, direct), fmt.Sprintf(format, baseline), fmt.Sprintf(format, limen),
+		times(ratio(baseline, direct)), times(ratio(limen, direct)))
+}
+
+// pair adds a row the baseline has no figure for; its ratio is limen/direct.
 func (t *table) pair(figure, format string, direct, limen float64) {
-	t.add(figure, fmt.Sprintf(format, direct), fmt.Sprintf(format, limen), times(ratio(limen, direct)))
+	t.add(figure, fmt.Sprintf(format, direct), "—", fmt.Sprintf(format, limen), "—", times(ratio(limen, direct)))
 }
 
 func (t *table) write(w io.Writer) {
-	fmt.Fprintln(w, "| Figure | Direct | Limen | Ratio |")
-	fmt.Fprintln(w, "|---|---:|---:|---:|")
+	fmt.Fprintln(w, "| Figure | Direct | Baseline | Limen | Baseline ÷ direct | Limen ÷ direct |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|")
 	for _, r := range t.rows {
-		fmt.Fprintf(w, "| %s | %s | %s | %s |\n", r[0], r[1], r[2], r[3])
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |\n", r[0], r[1], r[2], r[3], r[4], r[5])
 	}
 }
 
@@ -52,7 +59,10 @@ func (r *Results) Markdown(w io.Writer) {
 		r.Requests, r.Watch.N, mib(r.StreamSize), r.StreamRuns)
 	fmt.Fprintf(w, "**Direct** is the admin kubeconfig (client certificate, `system:masters`) straight to kube-apiserver. "+
 		"**Limen** is alice's kubeconfig (exec-plugin client certificate) to `limen proxy` → yamux tunnel → `limen worker` → "+
-		"the same kube-apiserver, impersonating alice with groups limen:edit and limen:view. Both use client-go's transport "+
+		"the same kube-apiserver, impersonating alice with groups limen:edit and limen:view. **Baseline** is a careless one-hop "+
+		"proxy measured in the same run: a bare `httputil.ReverseProxy` (`limen-bench serve-baseline`, its own process), TLS on "+
+		"both sides, sending every request with the worker's ServiceAccount token and the same Impersonate-User and "+
+		"Impersonate-Group headers; it checks, signs and audits nothing. All three use client-go's transport "+
 		"(`rest.HTTPClientFor`, HTTP/2) with raw GETs; latency runs from sending the request to reading the last body byte.\n\n")
 	fmt.Fprintf(w, "How to read it: the API server skips impersonation checks and RBAC for `system:masters`, so part of its "+
 		"extra CPU under Limen is the price of impersonating a non-admin, not of Limen's processes. CPU is utime+stime from "+
@@ -93,34 +103,40 @@ func (r *Results) latencyRows(t *table) {
 		if p.Direct == nil || p.Limen == nil {
 			continue
 		}
-		for _, q := range []float64{50, 90, 99} {
-			t.pair(fmt.Sprintf("%s, c=%d, p%.0f latency (ms)", p.Op, p.Concurrency, q), "%.3f",
-				ms(p.Direct.Hist.Percentile(q)), ms(p.Limen.Hist.Percentile(q)))
+		base := p.Baseline
+		if base == nil {
+			base = &Cell{}
 		}
-		t.pair(fmt.Sprintf("%s, c=%d, throughput (req/s)", p.Op, p.Concurrency), "%.0f",
-			p.Direct.Throughput(), p.Limen.Throughput())
-		if p.Direct.Errors+p.Limen.Errors > 0 {
+		for _, q := range []float64{50, 90, 99} {
+			t.three(fmt.Sprintf("%s, c=%d, p%.0f latency (ms)", p.Op, p.Concurrency, q), "%.3f",
+				ms(p.Direct.Hist.Percentile(q)), ms(base.Hist.Percentile(q)), ms(p.Limen.Hist.Percentile(q)))
+		}
+		t.three(fmt.Sprintf("%s, c=%d, throughput (req/s)", p.Op, p.Concurrency), "%.0f",
+			p.Direct.Throughput(), base.Throughput(), p.Limen.Throughput())
+		if p.Direct.Errors+base.Errors+p.Limen.Errors > 0 {
 			t.add(fmt.Sprintf("%s, c=%d, failed requests", p.Op, p.Concurrency),
-				fmt.Sprint(p.Direct.Errors), fmt.Sprint(p.Limen.Errors), "")
+				fmt.Sprint(p.Direct.Errors), fmt.Sprint(base.Errors), fmt.Sprint(p.Limen.Errors), "", "")
 		}
 	}
 }
 
 func (r *Results) resourceRows(t *table) {
 	for _, c := range r.CPU {
-		t.pair("CPU s per 1,000 requests, API server ("+c.Op+")", "%.3f",
-			PerThousand(c.APIServerDirect, c.DirectRequests), PerThousand(c.APIServerLimen, c.LimenRequests))
-		t.add("CPU s per 1,000 requests, proxy + worker ("+c.Op+"); ratio to the API server's", "—",
+		t.three("CPU s per 1,000 requests, API server ("+c.Op+")", "%.3f",
+			PerThousand(c.APIServerDirect, c.DirectRequests), PerThousand(c.APIServerBaseline, c.BaselineRequests),
+			PerThousand(c.APIServerLimen, c.LimenRequests))
+		t.add("CPU s per 1,000 requests, the gateway's processes ("+c.Op+"); ratio to the API server's", "—",
+			fmt.Sprintf("%.3f", PerThousand(c.Baseline, c.BaselineRequests)),
 			fmt.Sprintf("%.3f (proxy %.3f, worker %.3f)", PerThousand(c.Proxy+c.Worker, c.LimenRequests),
 				PerThousand(c.Proxy, c.LimenRequests), PerThousand(c.Worker, c.LimenRequests)),
-			fmt.Sprintf("%.0f%%", 100*c.Gateway()))
+			fmt.Sprintf("%.0f%%", 100*c.BaselineShare()), fmt.Sprintf("%.0f%%", 100*c.Gateway()))
 	}
 	m := r.Memory
-	t.add("RSS idle: proxy / worker (API server)", mib(m.APIServerIdle), mib(m.ProxyIdle)+" / "+mib(m.WorkerIdle), "")
-	t.add("RSS peak under load: proxy / worker (API server)", mib(m.APIServerLoad), mib(m.ProxyLoad)+" / "+mib(m.WorkerLoad), "")
+	t.add("RSS idle: proxy / worker (API server)", mib(m.APIServerIdle), "—", mib(m.ProxyIdle)+" / "+mib(m.WorkerIdle), "", "")
+	t.add("RSS peak under load: proxy / worker (API server)", mib(m.APIServerLoad), "—", mib(m.ProxyLoad)+" / "+mib(m.WorkerLoad), "", "")
 	if w := r.Watch; w.N > 0 {
 		if w.Err != "" {
-			t.add(fmt.Sprintf("%d idle watches", w.N), "failed", "failed", w.Err)
+			t.add(fmt.Sprintf("%d idle watches", w.N), "failed", "—", "failed", "", w.Err)
 		} else {
 			kib := func(d int64) string {
 				if d < 0 {
@@ -128,9 +144,9 @@ func (r *Results) resourceRows(t *table) {
 				}
 				return fmt.Sprintf("%.1f KiB", w.PerWatch(d)/1024)
 			}
-			t.add(fmt.Sprintf("Memory per idle watch (%d watches), API server", w.N), kib(w.APIServerDirect), kib(w.APIServerLimen), "")
-			t.add("Memory per idle watch, proxy / worker / both", "—",
-				kib(w.Proxy)+" / "+kib(w.Worker)+" / "+kib(w.Proxy+w.Worker), "")
+			t.add(fmt.Sprintf("Memory per idle watch (%d watches), API server", w.N), kib(w.APIServerDirect), "—", kib(w.APIServerLimen), "", "")
+			t.add("Memory per idle watch, proxy / worker / both", "—", "—",
+				kib(w.Proxy)+" / "+kib(w.Worker)+" / "+kib(w.Proxy+w.Worker), "", "")
 		}
 	}
 	for _, p := range r.Policy {
@@ -138,15 +154,15 @@ func (r *Results) resourceRows(t *table) {
 		if p.CPUNsOp > 0 {
 			cpu = fmt.Sprintf(", %.1f µs CPU", p.CPUNsOp/1000)
 		}
-		t.add("Policy decision "+strings.TrimPrefix(p.Name, "Benchmark"), "—",
-			fmt.Sprintf("%.1f µs%s, %.0f allocs", p.NsPerOp/1000, cpu, p.AllocsOp), "")
+		t.add("Policy decision "+strings.TrimPrefix(p.Name, "Benchmark"), "—", "—",
+			fmt.Sprintf("%.1f µs%s, %.0f allocs", p.NsPerOp/1000, cpu, p.AllocsOp), "", "")
 	}
 }
 
 func (r *Results) streamRows(t *table) {
 	for _, s := range r.Streams {
 		if s.Err != "" {
-			t.add(s.Name+" (MiB/s)", fmt.Sprintf("%.1f", s.Direct), fmt.Sprintf("%.1f", s.Limen), "error: "+s.Err)
+			t.add(s.Name+" (MiB/s)", fmt.Sprintf("%.1f", s.Direct), "—", fmt.Sprintf("%.1f", s.Limen), "", "error: "+s.Err)
 			continue
 		}
 		t.pair(s.Name+" (MiB/s)", "%.1f", s.Direct, s.Limen)

@@ -3,7 +3,9 @@
 // and worker, creates its fixtures, runs the load and writes a Markdown
 // report (bench/RESULTS.md). `make bench` and `make bench-quick` run it.
 //
-// `limen-bench serve-zero` is the port-forward target it runs as a pod.
+// `limen-bench serve-zero` is the port-forward target it runs as a pod;
+// `limen-bench serve-baseline` is the one-hop baseline proxy it runs beside
+// Limen.
 package main
 
 import (
@@ -42,6 +44,13 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "serve-zero" {
 		if err := serveZero(os.Args[2:]); err != nil {
 			fmt.Fprintln(os.Stderr, "serve-zero:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if len(os.Args) > 1 && os.Args[1] == "serve-baseline" {
+		if err := serveBaseline(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "serve-baseline:", err)
 			os.Exit(1)
 		}
 		return

@@ -16,7 +16,7 @@ import (
 
 // measure runs every phase in turn and fills in r.
 func measure(ctx context.Context, c config, s *setup, r *bench.Results) error {
-	for _, t := range []target{s.direct, s.limen} {
+	for _, t := range []target{s.direct, s.baseline, s.limen} {
 		if _, err := bench.Load(ctx, t.client, t.base+getPath, 4, 100); err != nil {
 			return fmt.Errorf("warm-up %s: %w", t.name, err)
 		}
@@ -73,8 +73,9 @@ const (
 	listPath = "/api/v1/namespaces/" + nsList + "/configmaps"
 )
 
-// latency runs each (operation, concurrency) cell direct and then through
-// Limen, reading the CPU the processes spent on each, and the peak memory.
+// latency runs each (operation, concurrency) cell direct, through the
+// baseline and through Limen, one after the other, reading the CPU the
+// processes spent on each, and the peak memory.
 func latency(ctx context.Context, c config, s *setup, r *bench.Results) error {
 	peak := bench.SamplePeakRSS(ctx, 100*time.Millisecond, s.proxy, s.worker, s.apiserver)
 	defer func() {
@@ -88,20 +89,24 @@ func latency(ctx context.Context, c config, s *setup, r *bench.Results) error {
 		use := bench.CPUUse{Op: op.name}
 		for _, conc := range []int{1, 16, 64} {
 			pair := bench.CellPair{Op: op.name, Concurrency: conc}
-			for _, t := range []target{s.direct, s.limen} {
+			for _, t := range []target{s.direct, s.baseline, s.limen} {
 				before := cpu(s)
 				cell, err := bench.Load(ctx, t.client, t.base+op.path, conc, c.requests)
 				if err != nil {
 					return fmt.Errorf("%s %s c=%d: %w", t.name, op.name, conc, err)
 				}
 				d := cpu(s).minus(before)
-				if t.name == "direct" {
+				switch t.name {
+				case "direct":
 					pair.Direct, use.DirectRequests, use.APIServerDirect = cell, use.DirectRequests+cell.Hist.Len(), use.APIServerDirect+d.apiserver
-				} else {
+				case "baseline":
+					pair.Baseline, use.BaselineRequests = cell, use.BaselineRequests+cell.Hist.Len()
+					use.APIServerBaseline, use.Baseline = use.APIServerBaseline+d.apiserver, use.Baseline+d.baseline
+				default:
 					pair.Limen, use.LimenRequests, use.APIServerLimen = cell, use.LimenRequests+cell.Hist.Len(), use.APIServerLimen+d.apiserver
 					use.Proxy, use.Worker = use.Proxy+d.proxy, use.Worker+d.worker
 				}
-				progress(os.Stderr, "%-6s %s c=%-2d: p50 %v p99 %v, %.0f req/s, %d failed%s", t.name, op.name, conc,
+				progress(os.Stderr, "%-8s %s c=%-2d: p50 %v p99 %v, %.0f req/s, %d failed%s", t.name, op.name, conc,
 					cell.Hist.Percentile(50).Round(time.Microsecond), cell.Hist.Percentile(99).Round(time.Microsecond),
 					cell.Throughput(), cell.Errors, firstErr(cell.FirstErr))
 			}
@@ -120,18 +125,18 @@ func firstErr(err error) string {
 }
 
 // cpuTimes is the CPU time used so far by the measured processes.
-type cpuTimes struct{ apiserver, proxy, worker time.Duration }
+type cpuTimes struct{ apiserver, proxy, worker, baseline time.Duration }
 
 func cpu(s *setup) cpuTimes {
 	read := func(pid int) time.Duration {
 		d, _ := bench.CPUTime(pid)
 		return d
 	}
-	return cpuTimes{read(s.apiserver), read(s.proxy), read(s.worker)}
+	return cpuTimes{read(s.apiserver), read(s.proxy), read(s.worker), read(s.baselinePID)}
 }
 
 func (a cpuTimes) minus(b cpuTimes) cpuTimes {
-	return cpuTimes{a.apiserver - b.apiserver, a.proxy - b.proxy, a.worker - b.worker}
+	return cpuTimes{a.apiserver - b.apiserver, a.proxy - b.proxy, a.worker - b.worker, a.baseline - b.baseline}
 }
 
 func mib(b int64) string { return fmt.Sprintf("%d MiB", b>>20) }

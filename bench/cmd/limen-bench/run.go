@@ -19,7 +19,8 @@ import (
 	"github.com/limenhq/limen/test/gatewaytest"
 )
 
-// target is one way to reach the API server: direct, or through Limen.
+// target is one way to reach the API server: direct, through the one-hop
+// baseline, or through Limen.
 type target struct {
 	name       string
 	base       string // URL prefix for API paths
@@ -29,13 +30,14 @@ type target struct {
 
 // setup is the running system under measurement.
 type setup struct {
-	cluster *controlplane.Cluster
-	env     *gatewaytest.Env
-	direct  target
-	limen   target
+	cluster  *controlplane.Cluster
+	env      *gatewaytest.Env
+	direct   target
+	baseline target
+	limen    target
 	// The processes whose CPU and memory are read from /proc.
-	apiserver, proxy, worker int
-	zeroPort                 int
+	apiserver, proxy, worker, baselinePID int
+	zeroPort                              int
 	// The proxy's and worker's pprof addresses (--debug-listen), and where
 	// their profiles are written.
 	proxyDebug, workerDebug string
@@ -135,6 +137,12 @@ func start(ctx context.Context, dir string) (_ *setup, stop func(), err error) {
 	if s.direct, err = newTarget("direct", cluster.Kubeconfig); err != nil {
 		return nil, stop, err
 	}
+	baseline, pid, stopBaseline, err := startBaseline(ctx, dir, cluster.Server, cluster.CAFile, env.TokenFile)
+	if err != nil {
+		return nil, stop, err
+	}
+	stops = append(stops, stopBaseline)
+	s.baseline, s.baselinePID = baseline, pid
 	kc, err := env.Login(ctx, "alice")
 	if err != nil {
 		return nil, stop, err

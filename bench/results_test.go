@@ -1,0 +1,66 @@
+package bench
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+)
+
+// cell returns a cell of n requests that each took d, over elapsed.
+func cell(d time.Duration, n int, elapsed time.Duration) *Cell {
+	c := &Cell{Elapsed: elapsed}
+	for range n {
+		c.Hist.Record(d)
+	}
+	return c
+}
+
+// TestGoalsCompareWithTheBaseline: the latency and throughput goals are
+// judged against the one-hop baseline of the same run, not a constant.
+func TestGoalsCompareWithTheBaseline(t *testing.T) {
+	ms := time.Millisecond
+	tests := []struct {
+		name                string
+		baseline, limen     time.Duration // p50 and p99 at c=1
+		baseTput, limenTput int           // LIST c=16 requests per second
+		want                map[string]bool
+	}{
+		{"Limen slower than the baseline", 2 * ms, 5 * ms, 900, 600,
+			map[string]bool{"Added p50": false, "Added p99": false, "Throughput": false}},
+		{"Limen as fast as the baseline", 2 * ms, 2 * ms, 900, 950,
+			map[string]bool{"Added p50": true, "Added p99": true, "Throughput": true}},
+		{"faster than direct ×0.85 but slower than the baseline", 2 * ms, 2 * ms, 990, 900,
+			map[string]bool{"Throughput": false}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := &Results{Cells: []CellPair{
+				{Op: "GET one ConfigMap", Concurrency: 1, Direct: cell(ms, 100, time.Second),
+					Baseline: cell(tt.baseline, 100, time.Second), Limen: cell(tt.limen, 100, time.Second)},
+				{Op: "LIST 500 ConfigMaps", Concurrency: 16, Direct: cell(ms, 1000, time.Second),
+					Baseline: cell(ms, tt.baseTput, time.Second), Limen: cell(ms, tt.limenTput, time.Second)},
+			}}
+			for _, g := range r.Goals() {
+				for prefix, want := range tt.want {
+					if strings.HasPrefix(g.Text, prefix) && g.Met != want {
+						t.Errorf("%s: met=%v (%s), want %v", g.Text, g.Met, g.Figure, want)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestMarkdownHasThreeColumns: every latency row names direct, the
+// baseline and Limen, and both ratios.
+func TestMarkdownHasThreeColumns(t *testing.T) {
+	ms := time.Millisecond
+	r := &Results{Cells: []CellPair{{Op: "GET one ConfigMap", Concurrency: 1,
+		Direct: cell(ms, 10, time.Second), Baseline: cell(2*ms, 10, time.Second), Limen: cell(4*ms, 10, time.Second)}}}
+	var b bytes.Buffer
+	r.Markdown(&b)
+	if !strings.Contains(b.String(), "| GET one ConfigMap, c=1, p50 latency (ms) | 1.000 | 2.000 | 4.000 | 2.00× | 4.00× |") {
+		t.Fatalf("no three-column p50 row:\n%s", b.String())
+	}
+}
