@@ -1,6 +1,14 @@
 // Package grant is the signed statement the proxy hands the worker at the
 // start of every tunnel stream: who the caller is, which Kubernetes groups the
-// proxy's policy let them assume on which cluster, and until when.
+// proxy's policy let them assume on which cluster, and until when. Beside it
+// each stream carries its own Request (request.go): the session id and the
+// client's address, which are the stream's, not the decision's.
+//
+// A grant is a decision, not a request, so the proxy signs one per
+// principal, cluster, groups and policy revision and reuses it for a short
+// while (Signer), and the worker verifies each distinct token once
+// (Verifier): no request pays for asymmetric crypto on the hot path. What a
+// reused or replayed grant can and cannot do is in Signer's comment.
 //
 // A token is
 //
@@ -64,13 +72,10 @@ var (
 	ErrSystemGroup = errors.New("grant lists a system: group")
 )
 
-// Grant is what the proxy decided for one request.
+// Grant is what the proxy decided for a principal on a cluster.
 type Grant struct {
 	// Version is the format version; Sign sets it, Verify checks it.
-	Version int `json:"v"`
-	// SessionID is random and unguessable (NewSessionID); the worker puts it
-	// in Impersonate-Extra-limen-session and in every audit event.
-	SessionID string             `json:"sid"`
+	Version   int                `json:"v"`
 	Principal identity.Principal `json:"principal"`
 	// Groups are every group the caller may assume on Cluster, sorted and
 	// without duplicates.
@@ -78,10 +83,6 @@ type Grant struct {
 	Cluster   string    `json:"cluster"`
 	IssuedAt  time.Time `json:"iat"`
 	ExpiresAt time.Time `json:"exp"`
-	// ClientAddr is the caller's address as the proxy saw it (host:port).
-	ClientAddr string `json:"client_addr"`
-	// TraceParent is the W3C traceparent of the proxy's span, or empty.
-	TraceParent string `json:"traceparent,omitempty"`
 }
 
 // NewSessionID returns 128 random bits as 32 lowercase hex characters.
@@ -150,7 +151,7 @@ func Verify(pub ed25519.PublicKey, token []byte, cluster string, now time.Time) 
 		return Grant{}, fmt.Errorf("verify grant: %w", err)
 	}
 	if err := g.check(cluster, now); err != nil {
-		return Grant{}, fmt.Errorf("verify grant for session %s: %w", g.SessionID, err)
+		return Grant{}, fmt.Errorf("verify grant of %s: %w", g.Principal, err)
 	}
 	return g, nil
 }
@@ -201,9 +202,6 @@ func decode(payload []byte) (Grant, error) {
 // validate checks every field's shape. Errors about system groups wrap
 // ErrSystemGroup; the others are plain.
 func (g Grant) validate() error {
-	if !validSessionID(g.SessionID) {
-		return fmt.Errorf("session id %q is not 32 lowercase hex characters", clip(g.SessionID))
-	}
 	if err := g.Principal.Validate(); err != nil {
 		return fmt.Errorf("principal: %w", err)
 	}
@@ -218,10 +216,6 @@ func (g Grant) validate() error {
 		return errors.New("issue and expiry times are required")
 	case !g.ExpiresAt.After(g.IssuedAt):
 		return fmt.Errorf("expiry %s is not after issue time %s", g.ExpiresAt.Format(time.RFC3339), g.IssuedAt.Format(time.RFC3339))
-	case len(g.ClientAddr) > 256 || !printableASCII(g.ClientAddr):
-		return fmt.Errorf("client address %q is too long or not printable ASCII", clip(g.ClientAddr))
-	case g.TraceParent != "" && !ValidTraceParent(g.TraceParent):
-		return fmt.Errorf("traceparent %q is not a W3C version-00 traceparent", clip(g.TraceParent))
 	}
 	return nil
 }

@@ -38,23 +38,5 @@ func ReadPreamble(r io.Reader, max int) ([]byte, error) {
 	if max <= 0 || max > MaxTokenSize {
 		max = MaxTokenSize
 	}
-	var hdr [preambleHeader]byte
-	if _, err := io.ReadFull(r, hdr[:]); err != nil {
-		if errors.Is(err, io.ErrUnexpectedEOF) {
-			return nil, fmt.Errorf("read grant preamble: stream ended inside the length prefix: %w", ErrPreamble)
-		}
-		return nil, fmt.Errorf("read grant preamble: %w", err)
-	}
-	n := binary.BigEndian.Uint32(hdr[:])
-	if n == 0 || uint64(n) > uint64(max) {
-		return nil, fmt.Errorf("read grant preamble: length %d, want 1 to %d: %w", n, max, ErrPreamble)
-	}
-	token := make([]byte, n)
-	if _, err := io.ReadFull(r, token); err != nil {
-		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-			return nil, fmt.Errorf("read grant preamble: stream ended inside the %d-byte token: %w", n, ErrPreamble)
-		}
-		return nil, fmt.Errorf("read grant preamble: %w", err)
-	}
-	return token, nil
+	return readBlob(r, max, "grant preamble")
 }

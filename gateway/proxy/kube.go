@@ -80,8 +80,10 @@ type Kube struct {
 	Logger   *slog.Logger
 	Now      func() time.Time
 
-	relayOnce sync.Once
-	relay     *httputil.ReverseProxy
+	relayOnce  sync.Once
+	relay      *httputil.ReverseProxy
+	signerOnce sync.Once
+	signer     *grant.Signer
 }
 
 // DefaultGrantTTL is a grant's life when Kube.GrantTTL is zero. A grant
@@ -128,13 +130,13 @@ func (k *Kube) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			fmt.Sprintf("Limen policy grants %s no group on cluster %q", p.Name, cluster))
 		return
 	}
-	token, sid, exp, err := k.sign(r, p, dec.Groups, cluster, now, certExpiry)
+	token, req, exp, err := k.sign(r, p, dec, cluster, now, certExpiry)
 	if err != nil {
 		k.Logger.Error("sign grant", "err", err)
 		writeStatus(w, http.StatusInternalServerError, "Limen could not sign a grant")
 		return
 	}
-	ctx, live, err := k.track(r, path, sessions.Session{ID: sid, Principal: p, Cluster: cluster, Expires: exp})
+	ctx, live, err := k.track(r, path, sessions.Session{ID: req.SessionID, Principal: p, Cluster: cluster, Expires: exp})
 	if err != nil {
 		deny(http.StatusForbidden, p, "session refused: "+err.Error(), err.Error())
 		return
@@ -149,14 +151,17 @@ func (k *Kube) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, http.StatusBadGateway, "Limen could not reach the worker: "+err.Error())
 		return
 	}
-	ctx = context.WithValue(ctx, relayKey{}, &relayState{conn: stream, token: token, session: sid, sink: k.Audit, path: path, live: live, w: w})
+	ctx = context.WithValue(ctx, relayKey{}, &relayState{conn: stream, token: token, request: req, session: req.SessionID, sink: k.Audit, path: path, live: live, w: w})
 	k.relayProxy().ServeHTTP(w, r.WithContext(ctx))
 }
 
-func (k *Kube) sign(r *http.Request, p identity.Principal, groups []string, cluster string, now, certExpiry time.Time) ([]byte, string, time.Time, error) {
+// sign returns the grant for p's decision on cluster, reused from an
+// earlier request when the same decision was signed moments ago
+// (grant.Signer), and this request's own facts.
+func (k *Kube) sign(r *http.Request, p identity.Principal, dec policy.Decision, cluster string, now, certExpiry time.Time) ([]byte, grant.Request, time.Time, error) {
 	sid, err := grant.NewSessionID()
 	if err != nil {
-		return nil, "", time.Time{}, err
+		return nil, grant.Request{}, time.Time{}, err
 	}
 	ttl := k.GrantTTL
 	if ttl <= 0 {
@@ -166,11 +171,14 @@ func (k *Kube) sign(r *http.Request, p identity.Principal, groups []string, clus
 	if certExpiry.Before(exp) {
 		exp = certExpiry
 	}
-	token, err := grant.Sign(k.GrantKey, grant.Grant{
-		SessionID: sid, Principal: p, Groups: groups, Cluster: cluster,
-		IssuedAt: now, ExpiresAt: exp, ClientAddr: r.RemoteAddr,
+	k.signerOnce.Do(func() {
+		// A reused grant shortens a stream's life by at most the reuse
+		// window: a tenth of the TTL, and never more than a minute.
+		k.signer = &grant.Signer{Key: k.GrantKey, Reuse: min(grant.DefaultReuse, ttl/10)}
 	})
-	return token, sid, exp, err
+	token, g, err := k.signer.Sign(grant.Grant{Principal: p, Groups: dec.Groups, Cluster: cluster, IssuedAt: now, ExpiresAt: exp},
+		dec.Revision, certExpiry)
+	return token, grant.Request{SessionID: sid, ClientAddr: r.RemoteAddr}, g.ExpiresAt, err
 }
 
 // track puts the response under the session watchdog and returns the

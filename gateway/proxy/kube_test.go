@@ -34,12 +34,13 @@ import (
 
 // fixedPolicy decides as told.
 type fixedPolicy struct {
-	groups []string
-	err    error
+	groups   []string
+	revision string
+	err      error
 }
 
 func (f fixedPolicy) Groups(context.Context, identity.Principal, policy.Cluster) (policy.Decision, error) {
-	return policy.Decision{Groups: f.groups}, f.err
+	return policy.Decision{Groups: f.groups, Revision: f.revision}, f.err
 }
 
 // standInWorker answers one stream: it reads the grant and the request,
@@ -51,6 +52,7 @@ type standInWorker struct {
 	noWorker bool
 	got      chan *http.Request
 	grants   chan grant.Grant
+	requests chan grant.Request // each stream's preamble beside its grant
 }
 
 func (w *standInWorker) Open(_ context.Context, cluster string) (net.Conn, error) {
@@ -69,16 +71,21 @@ func (w *standInWorker) Open(_ context.Context, cluster string) (net.Conn, error
 		if err != nil {
 			return
 		}
+		preq, err := grant.ReadRequest(br)
+		if err != nil {
+			return
+		}
 		req, err := http.ReadRequest(br)
 		if err != nil {
 			return
 		}
 		w.got <- req
 		w.grants <- g
+		w.requests <- preq
 		ev := w.ev
 		ev.Time, ev.Principal, ev.Cluster = time.Now(), g.Principal, cluster
 		if ev.SessionID == "" {
-			ev.SessionID = g.SessionID
+			ev.SessionID = preq.SessionID
 		}
 		if audit.WriteEvent(server, ev) != nil {
 			return
@@ -104,7 +111,7 @@ func newFront(t *testing.T) *front {
 	}
 	t.Cleanup(func() { store.Close() })
 	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
-	w := &standInWorker{grantKey: pub, got: make(chan *http.Request, 1), grants: make(chan grant.Grant, 1),
+	w := &standInWorker{grantKey: pub, got: make(chan *http.Request, 1), grants: make(chan grant.Grant, 1), requests: make(chan grant.Request, 1),
 		ev: audit.Event{Type: audit.TypeKubeRequest, Kube: &audit.KubeRequest{Method: "GET", Path: "/api", Status: 200}}}
 	set := locks.NewSet()
 	f := &front{store: store, worker: w, locks: set}
@@ -218,7 +225,7 @@ func TestProxyForwards(t *testing.T) {
 	if code != http.StatusOK || body != "relayed!\n" {
 		t.Fatalf("%d %q", code, body)
 	}
-	req, g := <-f.worker.got, <-f.worker.grants
+	req, g, preq := <-f.worker.got, <-f.worker.grants, <-f.worker.requests
 	if req.URL.Path != "/api/v1/namespaces/default/configmaps" {
 		t.Fatalf("the worker got %s", req.URL.Path)
 	}
@@ -233,8 +240,45 @@ func TestProxyForwards(t *testing.T) {
 	if g.Principal.Name != "alice" || len(g.Groups) != 1 || g.Groups[0] != "limen:edit" || g.Cluster != "demo" {
 		t.Fatalf("grant %+v", g)
 	}
-	if evs := f.events(t, audit.TypeKubeRequest); len(evs) != 1 || evs[0].SessionID != g.SessionID {
-		t.Fatalf("stored %+v, want the worker's kube.request for session %s", evs, g.SessionID)
+	if evs := f.events(t, audit.TypeKubeRequest); len(evs) != 1 || evs[0].SessionID != preq.SessionID {
+		t.Fatalf("stored %+v, want the worker's kube.request for session %s", evs, preq.SessionID)
+	}
+}
+
+// TestProxyReusesTheGrantNotTheSession: back-to-back requests of one
+// decision carry the same signed grant (no signature per request) but each
+// its own session id; a new policy revision or other groups sign afresh.
+func TestProxyReusesTheGrantNotTheSession(t *testing.T) {
+	f := newFront(t)
+	f.kube.Policy = fixedPolicy{groups: []string{"limen:edit"}, revision: "r1"}
+	next := func() (grant.Grant, grant.Request) {
+		t.Helper()
+		if code, body := f.get(t, "/k8s/demo/api", nil); code != http.StatusOK {
+			t.Fatalf("%d %q", code, body)
+		}
+		<-f.worker.got
+		return <-f.worker.grants, <-f.worker.requests
+	}
+	g1, r1 := next()
+	g2, r2 := next()
+	if !g1.IssuedAt.Equal(g2.IssuedAt) {
+		t.Fatalf("the second request got a new grant (issued %s, then %s): one signature per request", g1.IssuedAt, g2.IssuedAt)
+	}
+	if r1.SessionID == r2.SessionID {
+		t.Fatalf("two requests share session id %s", r1.SessionID)
+	}
+	if evs := f.events(t, audit.TypeKubeRequest); len(evs) != 2 || evs[0].SessionID == evs[1].SessionID {
+		t.Fatalf("audit: %+v, want two requests with their own session ids", evs)
+	}
+	for _, pol := range []fixedPolicy{
+		{groups: []string{"limen:edit"}, revision: "r2"},
+		{groups: []string{"limen:view"}, revision: "r2"},
+	} {
+		f.kube.Policy = pol
+		g, _ := next()
+		if g.IssuedAt.Equal(g1.IssuedAt) || !slices.Equal(g.Groups, pol.groups) {
+			t.Fatalf("policy %+v: grant %+v reused across decisions", pol, g)
+		}
 	}
 }
 

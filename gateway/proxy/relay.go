@@ -25,7 +25,8 @@ type relayKey struct{}
 type relayState struct {
 	conn    net.Conn
 	token   []byte
-	session string
+	request grant.Request // this stream's own facts, sent after the grant
+	session string        // request.SessionID
 	sink    audit.Sink
 	path    kpath.Path     // below /k8s/CLUSTER
 	live    *sessions.Live // nil for short requests
@@ -137,10 +138,19 @@ func (streamTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		conn.Close()
 		return nil, err
 	}
-	if err := grant.WritePreamble(conn, st.token); err != nil {
+	// Grant, request preamble and request head leave in one write: one
+	// tunnel frame, one TLS record, for a request without a body.
+	bw := bufio.NewWriterSize(conn, 4<<10)
+	if err := grant.WritePreamble(bw, st.token); err != nil {
 		return fail(fmt.Errorf("write grant: %w", err))
 	}
-	if err := req.Write(conn); err != nil {
+	if err := grant.WriteRequest(bw, st.request); err != nil {
+		return fail(fmt.Errorf("write request preamble: %w", err))
+	}
+	if err := req.Write(bw); err != nil {
+		return fail(fmt.Errorf("write request: %w", err))
+	}
+	if err := bw.Flush(); err != nil {
 		return fail(fmt.Errorf("write request: %w", err))
 	}
 	br := bufio.NewReader(conn) // large reads bypass the buffer; an idle watch holds only 4 KiB

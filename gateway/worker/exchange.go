@@ -41,7 +41,7 @@ func (x *exchange) event() audit.Event {
 	g := x.adm.grant
 	return audit.Event{
 		Time: x.h.Now(), Principal: g.Principal, Groups: x.adm.groups, Cluster: x.h.Cluster.Name,
-		SessionID: g.SessionID, ClientAddr: g.ClientAddr,
+		SessionID: x.adm.req.SessionID, ClientAddr: x.adm.req.ClientAddr,
 	}
 }
 
@@ -100,7 +100,7 @@ func (x *exchange) track(ctx context.Context) (_ context.Context, untrack func()
 		return ctx, func() {}, nil
 	}
 	live, err := h.Sessions.Track(ctx, sessions.Session{
-		ID: g.SessionID, Principal: g.Principal, Cluster: h.Cluster.Name,
+		ID: x.adm.req.SessionID, Principal: g.Principal, Cluster: h.Cluster.Name,
 		Kind: x.st.Kind, Target: x.st.Target, Expires: g.ExpiresAt,
 	})
 	if err != nil {
@@ -128,10 +128,10 @@ func (x *exchange) impersonate(ctx context.Context) (*http.Request, *refusal) {
 		return nil, &refusal{code: http.StatusServiceUnavailable, msg: "the Limen worker cannot read its ServiceAccount token; ask your operator"}
 	}
 	out := x.outbound(ctx)
-	if err := impersonate.Set(out.Header, g.Principal.Name, x.adm.groups, g.SessionID); err != nil {
+	if err := impersonate.Set(out.Header, g.Principal.Name, x.adm.groups, x.adm.req.SessionID); err != nil {
 		return nil, &refusal{http.StatusForbidden, "Limen refuses to impersonate: " + err.Error(), "impersonation: " + err.Error()}
 	}
-	impersonate.SetForwardedFor(out.Header, g.ClientAddr)
+	impersonate.SetForwardedFor(out.Header, x.adm.req.ClientAddr)
 	out.Header.Set("Authorization", "Bearer "+token)
 	if x.upgrading {
 		offerDecodable(out.Header)

@@ -122,7 +122,7 @@ func (s *session) clientFlow(dst io.Writer, src io.Reader) error {
 			}
 			s.mu.Unlock()
 			if err := dec.Close(); err != nil && rerr == io.EOF {
-				s.x.h.Logger.Debug("client stream ended inside a frame", "session", s.x.adm.grant.SessionID, "err", err)
+				s.x.h.Logger.Debug("client stream ended inside a frame", "session", s.x.adm.req.SessionID, "err", err)
 			}
 			if rerr == io.EOF {
 				return nil
@@ -169,7 +169,7 @@ func (s *session) readAhead(up io.Reader) (*relay.Backlog, func()) {
 			_ = s.up.Close()
 		}
 		if p := src.Peak(); p > DefaultBacklogMemory {
-			s.x.h.Logger.Debug("stream read ahead of the user", "session", s.x.adm.grant.SessionID, "peak_bytes", p)
+			s.x.h.Logger.Debug("stream read ahead of the user", "session", s.x.adm.req.SessionID, "peak_bytes", p)
 		}
 	}
 }
@@ -357,7 +357,7 @@ func (x *exchange) upgrade(ctx context.Context, resp *http.Response, s *session,
 	up := upstream{ReadWriteCloser: body, conn: x.conn.get()}
 	pair, err := decode.ForResponse(resp.Header, s.tap)
 	if err != nil {
-		h.Logger.Warn("undecodable stream refused", "session", x.adm.grant.SessionID, "err", err)
+		h.Logger.Warn("undecodable stream refused", "session", x.adm.req.SessionID, "err", err)
 		_ = up.Close()
 		s.finish(ctx, audit.EndDecodeFailed, err)
 		x.refuseUpgrade(ev, http.StatusBadGateway, "Limen cannot decode the protocol the API server chose, so it ends the stream: "+err.Error())

@@ -77,6 +77,8 @@ type bench struct {
 	mu     sync.Mutex
 	events []audit.Event // stored through Events
 	reqs   []seen
+	// sessions maps each token grant() signed to its stream's session id.
+	sessions map[string]string
 }
 
 func newBench(t *testing.T) *bench {
@@ -134,8 +136,8 @@ func newBench(t *testing.T) *bench {
 func (b *bench) grant(mut func(*grant.Grant)) ([]byte, string) {
 	b.t.Helper()
 	sid, _ := grant.NewSessionID()
-	g := grant.Grant{SessionID: sid, Principal: alice, Groups: []string{"limen:edit", "limen:view"}, Cluster: "demo",
-		IssuedAt: time.Now().Add(-time.Second), ExpiresAt: time.Now().Add(time.Hour), ClientAddr: "192.0.2.1:5555"}
+	g := grant.Grant{Principal: alice, Groups: []string{"limen:edit", "limen:view"}, Cluster: "demo",
+		IssuedAt: time.Now().Add(-time.Second), ExpiresAt: time.Now().Add(time.Hour)}
 	key := b.key
 	if mut != nil {
 		mut(&g)
@@ -144,6 +146,12 @@ func (b *bench) grant(mut func(*grant.Grant)) ([]byte, string) {
 	if err != nil {
 		b.t.Fatal(err)
 	}
+	b.mu.Lock()
+	if b.sessions == nil {
+		b.sessions = map[string]string{}
+	}
+	b.sessions[string(tok)] = sid // serve sends it beside the grant
+	b.mu.Unlock()
 	return tok, sid
 }
 
@@ -156,8 +164,17 @@ func (b *bench) serve(token []byte, req *http.Request) (audit.Event, *http.Respo
 	done := make(chan struct{})
 	go func() { b.h.ServeStream(context.Background(), server); close(done) }()
 	defer func() { client.Close(); <-done }()
+	b.mu.Lock()
+	sid := b.sessions[string(token)]
+	b.mu.Unlock()
+	if sid == "" { // a token grant() did not sign
+		sid, _ = grant.NewSessionID()
+	}
 	go func() {
-		if err := grant.WritePreamble(client, token); err == nil {
+		if err := grant.WritePreamble(client, token); err != nil {
+			return
+		}
+		if err := grant.WriteRequest(client, grant.Request{SessionID: sid, ClientAddr: "192.0.2.1:5555"}); err == nil {
 			_ = req.Write(client)
 		}
 	}()

@@ -68,7 +68,7 @@ func (x *exchange) openSession(ctx context.Context) (*session, *refusal) {
 		return nil, &refusal{code: http.StatusServiceUnavailable,
 			msg: "this Limen worker cannot audit sessions (no event channel to the proxy); ask your operator"}
 	}
-	info, g, q := x.info, x.adm.grant, x.req.URL.Query()
+	info, g, sid, q := x.info, x.adm.grant, x.adm.req.SessionID, x.req.URL.Query()
 	s := &session{x: x, login: string(kind), start: h.Now(), tap: &tap{ports: map[string]bool{}}}
 	s.body = audit.Session{Kind: sessions.AuditKind, Login: s.login, Namespace: info.Namespace, Target: x.st.Target}
 	if info.Resource == "pods" {
@@ -92,21 +92,21 @@ func (x *exchange) openSession(ctx context.Context) (*session, *refusal) {
 			return nil, &refusal{code: http.StatusServiceUnavailable,
 				msg: "this Limen worker has no recording spool, so it refuses exec and attach; ask your operator"}
 		}
-		f, err := h.Spool.Create(g.SessionID)
+		f, err := h.Spool.Create(sid)
 		if err != nil {
-			h.Logger.Error("open recording; session refused", "session", g.SessionID, "err", err)
+			h.Logger.Error("open recording; session refused", "session", sid, "err", err)
 			return nil, &refusal{code: http.StatusServiceUnavailable,
 				msg: "Limen cannot record the session, so it did not start it; ask your operator to check the worker's recording spool"}
 		}
 		s.file = f
 		s.tap.rec = recording.NewCappedWriter(f, recording.Meta{
 			Cluster: h.Cluster.Name, Namespace: info.Namespace, Pod: info.Name, Container: s.body.Container,
-			User: g.Principal.Name, Session: g.SessionID, Command: strings.Join(s.body.Command, " "),
+			User: g.Principal.Name, Session: sid, Command: strings.Join(s.body.Command, " "),
 			Start: s.start,
 		}, cmp.Or(h.RecordingMaxBytes, recording.DefaultMaxBytes))
 	}
 	if err := s.emit(ctx, audit.TypeSessionStart, s.body); err != nil {
-		h.Logger.Error("session.start not stored; session refused", "session", g.SessionID, "err", err)
+		h.Logger.Error("session.start not stored; session refused", "session", sid, "err", err)
 		s.discard()
 		return nil, &refusal{code: http.StatusServiceUnavailable,
 			msg: "Limen's audit trail is unavailable, so the session was not started; try again later"}
@@ -154,7 +154,7 @@ func (s *session) discard() {
 		return
 	}
 	if err := s.file.Discard(); err != nil {
-		s.x.h.Logger.Warn("discard unused recording", "session", s.x.adm.grant.SessionID, "err", err)
+		s.x.h.Logger.Warn("discard unused recording", "session", s.x.adm.req.SessionID, "err", err)
 	}
 }
 
@@ -174,7 +174,7 @@ func (s *session) finish(ctx context.Context, reason string, err error) {
 		return
 	}
 	h := s.x.h
-	log := h.Logger.With("session", s.x.adm.grant.SessionID, "login", s.login)
+	log := h.Logger.With("session", s.x.adm.req.SessionID, "login", s.login)
 	if err != nil || reason != audit.EndCompleted {
 		log.Warn("stream ended", "end_reason", reason, "bytes_in", s.in.Load(), "bytes_out", s.out.Load(), "err", err)
 	}

@@ -24,6 +24,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/limenhq/limen/gateway/audit"
@@ -81,6 +82,10 @@ type Handler struct {
 	// Backlog bounds the API server output a stream reads ahead of the
 	// user (see relay.go).
 	Backlog Backlog
+
+	// verifier checks each distinct grant's signature once.
+	verifierOnce sync.Once
+	verifier     *grant.Verifier
 }
 
 // Backlog is where a stream keeps the API server's output it read ahead of
@@ -124,7 +129,7 @@ func (r *refusal) Error() string { return r.msg }
 // has passed.
 func (h *Handler) ServeStream(ctx context.Context, stream net.Conn) {
 	defer stream.Close()
-	x, token, err := h.readRequest(stream)
+	x, token, preq, err := h.readRequest(stream)
 	if err != nil {
 		h.Logger.Warn("bad request stream", "err", err)
 		return // not a proxy speaking the protocol: nothing to answer
@@ -134,7 +139,7 @@ func (h *Handler) ServeStream(ctx context.Context, stream net.Conn) {
 	x.req = x.req.WithContext(ctx)
 
 	var rf *refusal
-	if x.adm, rf = h.admit(ctx, token, x.req); rf != nil {
+	if x.adm, rf = h.admit(ctx, token, preq, x.req); rf != nil {
 		x.refuse(rf)
 		return
 	}
@@ -171,22 +176,27 @@ func (h *Handler) ServeStream(ctx context.Context, stream net.Conn) {
 	x.respond(ctx, cancel, resp, s, ev)
 }
 
-// readRequest reads the grant preamble and the request head from a new
-// stream, within headerTimeout.
-func (h *Handler) readRequest(stream net.Conn) (*exchange, []byte, error) {
+// readRequest reads the preamble (the grant, then this stream's
+// grant.Request) and the request head from a new stream, within
+// headerTimeout.
+func (h *Handler) readRequest(stream net.Conn) (*exchange, []byte, grant.Request, error) {
 	start := h.Now()
 	_ = stream.SetReadDeadline(start.Add(headerTimeout))
 	br := bufio.NewReader(stream) // large reads bypass the buffer; an idle stream holds only 4 KiB
 	token, err := grant.ReadPreamble(br, grant.MaxTokenSize)
 	if err != nil {
-		return nil, nil, fmt.Errorf("preamble: %w", err)
+		return nil, nil, grant.Request{}, fmt.Errorf("preamble: %w", err)
+	}
+	preq, err := grant.ReadRequest(br)
+	if err != nil {
+		return nil, nil, grant.Request{}, fmt.Errorf("preamble: %w", err)
 	}
 	req, err := http.ReadRequest(br)
 	if err != nil {
-		return nil, nil, fmt.Errorf("request: %w", err)
+		return nil, nil, grant.Request{}, fmt.Errorf("request: %w", err)
 	}
 	_ = stream.SetReadDeadline(time.Time{})
-	return &exchange{h: h, stream: stream, br: br, req: req, start: start}, token, nil
+	return &exchange{h: h, stream: stream, br: br, req: req, start: start}, token, preq, nil
 }
 
 // admission is what admit decided. Every later step reads it, so none
@@ -194,7 +204,9 @@ func (h *Handler) readRequest(stream net.Conn) (*exchange, []byte, error) {
 // the groups audited.
 type admission struct {
 	grant grant.Grant
-	path  kpath.Path // the canonical path below the cluster, as forwarded
+	// req is this stream's own facts: its session id and client address.
+	req  grant.Request
+	path kpath.Path // the canonical path below the cluster, as forwarded
 	// groups are the granted groups the worker's policy still allows: the
 	// groups impersonated and the groups in every event. Nil until the
 	// re-check ran.
@@ -203,11 +215,12 @@ type admission struct {
 
 // admit runs every check before forwarding: grant, lock, path and the
 // policy re-check. Client identity headers are deleted first.
-func (h *Handler) admit(ctx context.Context, token []byte, req *http.Request) (admission, *refusal) {
-	var adm admission
+func (h *Handler) admit(ctx context.Context, token []byte, preq grant.Request, req *http.Request) (admission, *refusal) {
+	adm := admission{req: preq}
 	// Identity headers go before anything else reads the request.
 	impersonate.StripIdentity(req.Header)
-	g, err := grant.Verify(h.GrantKey, token, h.Cluster.Name, h.Now())
+	h.verifierOnce.Do(func() { h.verifier = &grant.Verifier{Key: h.GrantKey, Cluster: h.Cluster.Name} })
+	g, err := h.verifier.Verify(token, h.Now())
 	adm.grant = g
 	if err != nil {
 		if errors.Is(err, grant.ErrWrongCluster) {
