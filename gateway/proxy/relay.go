@@ -57,8 +57,12 @@ func (k *Kube) newRelay() {
 			st.path.SetURL(pr.Out.URL)
 			pr.Out.Host = "worker"
 		},
-		Transport:      streamTransport{},
-		FlushInterval:  -1,
+		Transport:     streamTransport{},
+		FlushInterval: -1,
+		// The HTTP/2 response writer sends 4 KiB at a time, so a larger
+		// copy buffer gains nothing; an idle watch holds this one all its
+		// life.
+		BufferPool:     copyBuffers{},
 		ErrorLog:       nil,
 		ModifyResponse: k.relayUpgrade,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
@@ -78,6 +82,14 @@ func (k *Kube) newRelay() {
 		},
 	}
 }
+
+// copyBuffers lends the relay's response copy buffers from a pool.
+type copyBuffers struct{}
+
+var copyBufferPool = sync.Pool{New: func() any { b := make([]byte, 4<<10); return &b }}
+
+func (copyBuffers) Get() []byte  { return *copyBufferPool.Get().(*[]byte) }
+func (copyBuffers) Put(b []byte) { copyBufferPool.Put(&b) }
 
 // relayUpgrade relays a 101 from the worker in place of ReverseProxy,
 // which would close both connections as soon as one direction ends and so

@@ -7,6 +7,7 @@ import (
 	"net/http/httputil"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/limenhq/limen/gateway/kstatus"
 )
@@ -24,33 +25,64 @@ func writeResponse(w io.Writer, method string, resp *http.Response) error {
 		if err := writeHead(w, resp, resp.ContentLength, false); err != nil || noBody {
 			return err
 		}
-		_, err := io.Copy(w, resp.Body)
-		return err
+		return copyBody(w, resp.Body)
 	}
 	if err := writeHead(w, resp, -1, false); err != nil {
 		return err
 	}
 	cw := httputil.NewChunkedWriter(w)
-	buf := make([]byte, 32<<10)
-	for {
-		n, rerr := resp.Body.Read(buf)
-		if n > 0 {
-			if _, err := cw.Write(buf[:n]); err != nil {
-				return err
-			}
-		}
-		if rerr == io.EOF {
-			break
-		}
-		if rerr != nil {
-			return rerr
-		}
+	if err := copyBody(cw, resp.Body); err != nil {
+		return err
 	}
 	if err := cw.Close(); err != nil {
 		return err
 	}
 	_, err := io.WriteString(w, "\r\n")
 	return err
+}
+
+// bodyBuffers are the large buffers a busy response body borrows.
+var bodyBuffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+// smallRead is the buffer a response body is read with while it trickles.
+const smallRead = 2 << 10
+
+// copyBody copies src to dst, writing each read at once (a watch event or
+// a log line reaches the user as it arrives). An idle watch or a quiet log
+// spends its life blocked in Read, so it reads into a small buffer, and
+// borrows a large one from a pool only while reads fill the buffer: a LIST
+// moves in large writes, an idle watch holds 2 KiB.
+func copyBody(dst io.Writer, src io.Reader) error {
+	small := make([]byte, smallRead)
+	buf := small
+	var big *[]byte
+	defer func() {
+		if big != nil {
+			bodyBuffers.Put(big)
+		}
+	}()
+	for {
+		n, rerr := src.Read(buf)
+		if n > 0 {
+			if _, err := dst.Write(buf[:n]); err != nil {
+				return err
+			}
+		}
+		if rerr == io.EOF {
+			return nil
+		}
+		if rerr != nil {
+			return rerr
+		}
+		switch {
+		case big == nil && n == len(buf):
+			big = bodyBuffers.Get().(*[]byte)
+			buf = *big
+		case big != nil && n < smallRead:
+			bodyBuffers.Put(big)
+			big, buf = nil, small
+		}
+	}
 }
 
 func writeHead(w io.Writer, resp *http.Response, length int64, upgrade bool) error {
