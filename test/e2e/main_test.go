@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +17,7 @@ import (
 
 	"k8s.io/client-go/rest"
 
+	"github.com/limenhq/limen/gateway/recstore"
 	"github.com/limenhq/limen/test/cluster/clustertest"
 	"github.com/limenhq/limen/test/gatewaytest"
 )
@@ -38,6 +40,23 @@ func gateway(t *testing.T) *gatewaytest.Env {
 			shared.err = err
 			return
 		}
+		// The proxy's store holds every recording of the run: gigabytes.
+		// After a failure the logs and audit store stay; recordings go.
+		clustertest.AtTeardown(func() {
+			if shared.env == nil {
+				_ = os.RemoveAll(dir)
+				return
+			}
+			shared.env.Stop()
+			if !clustertest.RunFailed() {
+				_ = os.RemoveAll(dir)
+				return
+			}
+			for _, d := range []string{recstore.Path(shared.env.ProxyDataDir()), filepath.Join(shared.env.WorkerDataDir(), "recordings")} {
+				_ = os.RemoveAll(d)
+			}
+			fmt.Fprintf(os.Stderr, "limen-e2e: logs and audit store kept in %s\n", dir)
+		})
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
 		shared.env, shared.err = gatewaytest.Start(ctx, c, dir, os.Stderr)

@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -52,11 +53,38 @@ func Main(m *testing.M) {
 		os.Exit(130)
 	}()
 	code := m.Run()
+	runFailed.Store(code != 0)
 	teardown()
 	os.Exit(code)
 }
 
+// AtTeardown registers fn to run once the package's tests are done (or
+// interrupted), before the control plane stops: the place to stop what
+// runs against it and remove its files.
+func AtTeardown(fn func()) {
+	teardowns.Lock()
+	defer teardowns.Unlock()
+	teardowns.fns = append(teardowns.fns, fn)
+}
+
+// RunFailed reports, in an AtTeardown function, whether a test failed.
+func RunFailed() bool { return runFailed.Load() }
+
+var runFailed atomic.Bool
+
+var teardowns struct {
+	sync.Mutex
+	fns []func()
+}
+
 func teardown() {
+	teardowns.Lock()
+	fns := teardowns.fns
+	teardowns.fns = nil
+	teardowns.Unlock()
+	for i := len(fns) - 1; i >= 0; i-- {
+		fns[i]()
+	}
 	if shared.cluster != nil {
 		shared.cluster.Stop()
 	}
