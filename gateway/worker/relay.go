@@ -52,7 +52,7 @@ func (u upstream) CloseWrite() error {
 // tunnel gone). It returns how the stream ended (audit.End…) and the error
 // behind an abnormal end.
 func (s *session) relay(ctx context.Context, up upstream, pair *decode.Pair) (string, error) {
-	s.pair, s.up = pair, up
+	s.pair, s.up, s.ended = pair, up, ctx
 	client := relay.NetConn(s.x.stream, s.x.br)
 	res := relay.Run(ctx, client, up, s.clientFlow, s.serverFlow)
 	return s.endReason(ctx, res)
@@ -63,7 +63,7 @@ func (s *session) endReason(ctx context.Context, res relay.Result) (string, erro
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
-	case s.refused != nil:
+	case s.refused != nil && !(s.refusedLate && res.Ended):
 		reason, _ := refusedEnd(s.refused)
 		return reason, s.refused
 	case res.Ended:
@@ -93,6 +93,7 @@ func (s *session) refuse(err error) {
 	s.mu.Lock()
 	if s.refused == nil {
 		s.refused = err
+		s.refusedLate = s.ended != nil && s.ended.Err() != nil
 	}
 	s.mu.Unlock()
 	_ = s.up.Close()

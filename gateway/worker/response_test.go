@@ -2,11 +2,16 @@ package worker
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"errors"
 	"io"
 	"testing"
 	"testing/iotest"
+
+	"github.com/limenhq/limen/gateway/audit"
+	"github.com/limenhq/limen/gateway/relay"
+	"github.com/limenhq/limen/gateway/sessions"
 )
 
 // sizedReader returns reads of the sizes given in turn (then EOF) and
@@ -67,3 +72,37 @@ func TestCopyBodyIsExactAndSmallWhenIdle(t *testing.T) {
 		t.Fatalf("read error %v, want it returned", err)
 	}
 }
+
+// TestEndReasonAfterAnOutsideEnd: a decoder's complaint while a locked
+// stream is torn down does not hide the lock; one before it does.
+func TestEndReasonAfterAnOutsideEnd(t *testing.T) {
+	bad := errors.New("websocket server→client: websocket binary frame after the close frame")
+	for _, tt := range []struct {
+		name string
+		late bool
+		want string
+	}{
+		{"refused while the lock tore the stream down", true, audit.EndLocked},
+		{"refused before the lock", false, audit.EndDecodeFailed},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancelCause(context.Background())
+			s := &session{up: nopCloser{}}
+			if !tt.late {
+				s.refuse(bad)
+			}
+			cancel(&sessions.Ended{Reason: sessions.ReasonLocked})
+			s.ended = ctx
+			if tt.late {
+				s.refuse(bad)
+			}
+			if got, _ := s.endReason(ctx, relay.Result{Ended: true}); got != tt.want {
+				t.Fatalf("end reason %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+type nopCloser struct{}
+
+func (nopCloser) Close() error { return nil }

@@ -39,9 +39,15 @@ type session struct {
 
 	pair *decode.Pair
 	up   io.Closer // the API server connection, closed to refuse its bytes
+	// ended is the relay's context: done once a lock, kill, expiry or the
+	// tunnel ended the stream from outside.
+	ended context.Context
 
-	mu          sync.Mutex
-	refused     error  // why Limen ended the stream (decoding or recording)
+	mu      sync.Mutex
+	refused error // why Limen ended the stream (decoding or recording)
+	// refusedLate: the refusal came after the stream was ended from
+	// outside, when tearing it down can leave either direction mid-way.
+	refusedLate bool
 	clientEnded bool   // the client's bytes ended before the server's
 	serverEnd   string // how the server's bytes ended (audit.End…), "" while open
 	serverErr   error  // the error that ended them, if not a clean EOF
