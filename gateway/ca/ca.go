@@ -81,6 +81,8 @@ type Authority struct {
 	userTTL   time.Duration
 	workerTTL time.Duration
 	now       func() time.Time
+	// principals decodes each connection's principal once (verify.go).
+	principals principalMemo
 }
 
 // Open loads the CA from opts.DataDir (and operator files), generating what

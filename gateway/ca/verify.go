@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"runtime"
+	"sync"
+	"weak"
 
 	"github.com/limenhq/limen/gateway/identity"
 )
@@ -28,10 +31,36 @@ func (a *Authority) PrincipalFromChains(chains [][]*x509.Certificate) (identity.
 	}
 	for _, ch := range chains {
 		if isIssuedBy(ch, a.user) {
-			return principalOf(ch[0])
+			return a.principals.of(ch[0])
 		}
 	}
 	return identity.Principal{}, fmt.Errorf("%w: %q was not issued by the user issuer", ErrWrongIssuer, chains[0][0].Subject.CommonName)
+}
+
+// principalMemo remembers the principal decoded from each verified leaf
+// certificate while the certificate lives. crypto/tls verifies and parses a
+// client's certificate once per connection and every request on it shares
+// the same *x509.Certificate, so an HTTP/2 connection decodes its principal
+// once. The memo holds the certificate only weakly: an entry goes when its
+// connection's certificate is collected.
+type principalMemo struct{ m sync.Map } // weak.Pointer[x509.Certificate] → identity.Principal
+
+// of returns leaf's principal, decoding it on first use. The Principal is
+// shared between the requests of a connection: callers must not change its
+// Traits.
+func (pm *principalMemo) of(leaf *x509.Certificate) (identity.Principal, error) {
+	key := weak.Make(leaf)
+	if p, ok := pm.m.Load(key); ok {
+		return p.(identity.Principal), nil
+	}
+	p, err := principalOf(leaf)
+	if err != nil {
+		return identity.Principal{}, err // refusals are not remembered
+	}
+	if _, loaded := pm.m.LoadOrStore(key, p); !loaded {
+		runtime.AddCleanup(leaf, func(k weak.Pointer[x509.Certificate]) { pm.m.Delete(k) }, key)
+	}
+	return p, nil
 }
 
 // PrincipalFromRequest is PrincipalFromChains for an HTTP request served
