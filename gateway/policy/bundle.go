@@ -71,15 +71,16 @@ func readBundle(raw []byte, v *verifier, limit int64) (content, error) {
 	}
 	b, err := parseBundle(raw, v, limit)
 	if err != nil {
-		reason := ReasonInvalid
+		r := &refusal{reason: ReasonInvalid, err: fmt.Errorf("%w: read bundle: %v", ErrBundleRefused, err)}
 		// OPA's errors carry no type; a bundle that reads without
-		// verification but not with it failed on its signature.
+		// verification but not with it failed on its signature. Its
+		// revision is then only a claim, reported as such.
 		if v != nil {
-			if _, uerr := parseBundle(raw, nil, limit); uerr == nil {
-				reason = ReasonSignature
+			if ub, uerr := parseBundle(raw, nil, limit); uerr == nil {
+				r.reason, r.revision, r.unverified = ReasonSignature, ub.Manifest.Revision, true
 			}
 		}
-		return content{}, &refusal{reason: reason, err: fmt.Errorf("%w: read bundle: %v", ErrBundleRefused, err)}
+		return content{}, r
 	}
 	rev := b.Manifest.Revision
 	invalid := func(format string, args ...any) error {

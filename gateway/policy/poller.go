@@ -93,8 +93,8 @@ func (e *Engine) Refresh(ctx context.Context) error {
 	}
 	if err != nil {
 		e.recordError(err)
-		reason, rev := classify(err)
-		e.log.Warn("policy bundle refused; the active bundle stays", "url", e.opts.BundleURL, "reason", reason, "revision", rev, "error", err)
+		c := classify(err)
+		e.log.Warn("policy bundle refused; the active bundle stays", "url", e.opts.BundleURL, "reason", c.reason, "revision", c.revision, "error", err)
 		return err
 	}
 	if !same || !e.isActive(c.mark) {

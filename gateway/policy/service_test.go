@@ -217,6 +217,10 @@ func TestServiceRefusesBadBundles(t *testing.T) {
 			if r := st.Refusals[0]; r.Reason != tt.reason || r.Active != "10" || r.Count != 1 || r.At.IsZero() {
 				t.Fatalf("latest refusal = %+v, want reason %s with active revision 10", r, tt.reason)
 			}
+			// A revision read past a failed signature is reported as a claim.
+			if r := st.Refusals[0]; r.Unverified != (tt.reason == ReasonSignature) || (r.Unverified && r.Revision != map[bool]string{true: "99", false: bad}[strings.Contains(tt.name, "edited")]) {
+				t.Fatalf("latest refusal = %+v: a signature refusal reports the claimed revision as unverified, others never", r)
+			}
 			wantGroups(t, e, "limen:view")
 		})
 	}

@@ -42,6 +42,9 @@ type Refusal struct {
 	Reason string `json:"reason"`
 	// Revision is the refused bundle's revision, when it could be read.
 	Revision string `json:"revision,omitempty"`
+	// Unverified marks a Revision read from a bundle whose signature failed:
+	// only what the bundle claims.
+	Unverified bool `json:"unverified,omitempty"`
 	// Active is the revision that stayed active; empty when none was.
 	Active string `json:"active,omitempty"`
 	// Error says what happened and what to do.
@@ -80,6 +83,7 @@ const (
 // Status. Its message is the wrapped error's.
 type refusal struct {
 	reason, revision string
+	unverified       bool // revision is a claim: the signature failed
 	err              error
 }
 
@@ -88,14 +92,14 @@ func (r *refusal) Unwrap() error { return r.err }
 
 // classify returns err's reason and revision. An error without a reason is
 // an invalid bundle if it refused one, otherwise a fetch error.
-func classify(err error) (reason, revision string) {
+func classify(err error) refusal {
 	if r, ok := errors.AsType[*refusal](err); ok {
-		return r.reason, r.revision
+		return *r
 	}
 	if errors.Is(err, ErrBundleRefused) {
-		return ReasonInvalid, ""
+		return refusal{reason: ReasonInvalid}
 	}
-	return ReasonFetch, ""
+	return refusal{reason: ReasonFetch}
 }
 
 // Status returns a copy of the current status.
@@ -120,15 +124,15 @@ func (s Status) describeWait() string {
 // recordError notes why the active bundle was not replaced.
 func (e *Engine) recordError(err error) {
 	now := time.Now()
-	reason, rev := classify(err)
+	c := classify(err)
 	e.mu.Lock()
 	e.status.LastError, e.status.LastErrorAt = err.Error(), now
 	if errors.Is(err, ErrBundleRefused) {
 		e.status.Refused++
 	}
-	r := Refusal{Reason: reason, Revision: rev, Active: e.status.Revision, Error: err.Error(), At: now, First: now, Count: 1}
+	r := Refusal{Reason: c.reason, Revision: c.revision, Unverified: c.unverified, Active: e.status.Revision, Error: err.Error(), At: now, First: now, Count: 1}
 	if len(e.status.Refusals) > 0 {
-		if last := &e.status.Refusals[0]; last.Reason == r.Reason && last.Revision == r.Revision && last.Active == r.Active && last.Error == r.Error {
+		if last := &e.status.Refusals[0]; last.Reason == r.Reason && last.Revision == r.Revision && last.Unverified == r.Unverified && last.Active == r.Active && last.Error == r.Error {
 			last.At = now
 			last.Count++
 			r.Count = 0
