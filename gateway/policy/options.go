@@ -65,6 +65,10 @@ type Options struct {
 	HTTPClient *http.Client
 	// Logger receives activation, refusal and fetch logs; nil means slog.Default().
 	Logger *slog.Logger
+
+	// clientReady is set once Validate has built or wrapped HTTPClient, so
+	// that validating again changes nothing.
+	clientReady bool
 }
 
 // Source names where an engine's policy comes from.
@@ -162,6 +166,9 @@ func (o *Options) httpClient() error {
 	if len(o.BundleCAPEM) > 0 && o.BundleURL == "" {
 		return errors.New("policy-bundle-ca is set but policy-bundle-url is not: set the bundle URL, or drop the CA")
 	}
+	if o.clientReady {
+		return nil
+	}
 	if o.HTTPClient == nil {
 		tr := http.DefaultTransport.(*http.Transport).Clone()
 		tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}
@@ -190,7 +197,7 @@ func (o *Options) httpClient() error {
 		}
 		return nil
 	}
-	o.HTTPClient = &c
+	o.HTTPClient, o.clientReady = &c, true
 	return nil
 }
 

@@ -50,6 +50,31 @@ func TestOptionsValidate(t *testing.T) {
 	}
 }
 
+// TestValidateTwice: validating options again (a caller, then New) keeps
+// the client Validate built, with its CA.
+func TestValidateTwice(t *testing.T) {
+	_, pub := testKeys(t)
+	srv := newBundleServer(t)
+	o := Options{BundleURL: srv.URL, BundleCAPEM: srv.caPEM(), PublicKeyPEM: pub, Logger: quietLogger()}
+	if err := o.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	client := o.HTTPClient
+	if err := o.Validate(); err != nil || o.HTTPClient != client {
+		t.Fatalf("second Validate = %v (client kept: %v)", err, o.HTTPClient == client)
+	}
+	e, err := New(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	priv, _ := testKeys(t)
+	srv.serve(buildBundle(t, "1", defaultRego(t), bobData("limen:view"), priv), `"1"`)
+	if err := e.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestStaticBundle(t *testing.T) {
 	priv, pub := testKeys(t)
 	raw := buildBundle(t, "1", defaultRego(t), bobData("limen:view"), priv)

@@ -55,6 +55,12 @@ type Refusal struct {
 	Count int       `json:"count"`
 }
 
+// repeats reports whether r is the same refusal as last, happening again.
+func (last Refusal) repeats(r Refusal) bool {
+	return last.Reason == r.Reason && last.Revision == r.Revision && last.Unverified == r.Unverified &&
+		last.Active == r.Active && last.Error == r.Error
+}
+
 // MaxRefusals bounds Status.Refusals.
 const MaxRefusals = 10
 
@@ -131,18 +137,11 @@ func (e *Engine) recordError(err error) {
 		e.status.Refused++
 	}
 	r := Refusal{Reason: c.reason, Revision: c.revision, Unverified: c.unverified, Active: e.status.Revision, Error: err.Error(), At: now, First: now, Count: 1}
-	if len(e.status.Refusals) > 0 {
-		if last := &e.status.Refusals[0]; last.Reason == r.Reason && last.Revision == r.Revision && last.Unverified == r.Unverified && last.Active == r.Active && last.Error == r.Error {
-			last.At = now
-			last.Count++
-			r.Count = 0
-		}
-	}
-	if r.Count > 0 {
-		e.status.Refusals = slices.Insert(e.status.Refusals, 0, r)
-		if len(e.status.Refusals) > MaxRefusals {
-			e.status.Refusals = e.status.Refusals[:MaxRefusals]
-		}
+	if rs := e.status.Refusals; len(rs) > 0 && rs[0].repeats(r) {
+		rs[0].At = now
+		rs[0].Count++
+	} else {
+		e.status.Refusals = slices.Insert(rs, 0, r)[:min(len(rs)+1, MaxRefusals)]
 	}
 	e.mu.Unlock()
 	e.saveStatus()
