@@ -213,7 +213,12 @@ func TestHTTPBundleURLRefusedAtStart(t *testing.T) {
 			root.SetOut(io.Discard)
 			root.SetErr(io.Discard)
 			root.SetArgs(append(tt.args, "--data-dir", dir, "--policy-bundle-url", url, "--policy-public-key", testPublicKey))
-			err := root.ExecuteContext(context.Background())
+			// The configuration is refused before the context is used; were
+			// it accepted, the cancelled context ends the proxy, the
+			// enrollment or the fetch at once, without this error.
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			err := root.ExecuteContext(ctx)
 			if err == nil || !strings.Contains(err.Error(), "policy-bundle-url") || !strings.Contains(err.Error(), "https only") {
 				t.Fatalf("%s with an http bundle URL = %v, want an error naming policy-bundle-url", tt.name, err)
 			}
