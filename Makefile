@@ -62,7 +62,11 @@ OPA ?= $(GO) tool opa
 # The bundle signing key. The committed default is a TEST key (see bundles/README.md);
 # production builds pass SIGNING_KEY=/path/to/real-key.pem.
 SIGNING_KEY ?= bundles/testkeys/TEST-ONLY-signing-key.pem
-BUNDLE_REVISION ?= $(VERSION)
+# Bundle revisions are unsigned integers that only move forward (policies/README.md,
+# "Revisions"); the default is the build time, YYYYMMDDhhmmss in UTC.
+ifndef BUNDLE_REVISION
+BUNDLE_REVISION := $(shell date -u +%Y%m%d%H%M%S)
+endif
 
 opa-test: ## Rego: opa fmt, opa check --strict and opa test, with the OPA pinned in go.mod
 	$(OPA) fmt --list --fail policies rego_test
@@ -70,6 +74,8 @@ opa-test: ## Rego: opa fmt, opa check --strict and opa test, with the OPA pinned
 	$(OPA) test policies rego_test
 
 bundle: ## build and sign bin/limen-bundle.tar.gz from policies/ and bundles/example/ with OPA's build
+	@case "$(BUNDLE_REVISION)" in ''|*[!0-9]*|0?*) \
+	  echo "BUNDLE_REVISION=$(BUNDLE_REVISION): want an unsigned integer without leading zeros, higher than the last published one (default: the UTC build time YYYYMMDDhhmmss)" >&2; exit 1;; esac
 	rm -rf $(BIN)/bundle-src && mkdir -p $(BIN)/bundle-src
 	cp policies/*.rego bundles/example/data.json $(BIN)/bundle-src/
 	cd $(BIN)/bundle-src && $(OPA) build --bundle . --revision "$(BUNDLE_REVISION)" \

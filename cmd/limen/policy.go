@@ -194,11 +194,21 @@ bundle would be refused.`,
 func newPolicyStatusCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "status",
-		Short: "Show the active bundle revision, last fetch and last error of a proxy or worker",
+		Short: "Show the active bundle revision, last fetch and refused bundles of a proxy or worker",
 		Long: `status reads the policy status that a running proxy or worker saves in its
 policy directory (--policy-persist-dir, by default <data-dir>/policy). With
 --probe it instead builds the configured engine here, fetches once and shows
-what a process starting now would see.`,
+what a process starting now would see.
+
+Each refusal line gives the time, the reason and the refused revision:
+  rollback                     revision older than the active or persisted one
+  same-revision-other-content  the active or persisted revision with other content
+  bad-signature                signature missing or not verifying with policy-public-key
+  bad-revision                 revision missing or not an unsigned integer
+  not-https                    the bundle service redirected away from https
+  fetch-error                  the bundle service was unreachable or answered an error
+  invalid-bundle               the bundle failed compilation or the activation checks
+The active bundle keeps answering in every case.`,
 		Args: cobra.NoArgs,
 		RunE: runPolicyStatus,
 	}
@@ -217,12 +227,9 @@ func runPolicyStatus(cmd *cobra.Command, _ []string) error {
 	}
 	var st policy.Status
 	if v.GetBool("probe") {
-		engine, err := cliEngine(cmd, v)
-		if err != nil {
+		if st, err = probeStatus(cmd, v); err != nil {
 			return err
 		}
-		defer engine.Close()
-		st = engine.Status()
 	} else {
 		dir := policyPersistDir(v)
 		if dir == "" {
@@ -238,6 +245,30 @@ func runPolicyStatus(cmd *cobra.Command, _ []string) error {
 		return enc.Encode(st)
 	}
 	return printStatus(cmd.OutOrStdout(), st)
+}
+
+// probeStatus builds the configured engine here and fetches once. A refused
+// or unreachable bundle is part of the status it shows, not an error.
+func probeStatus(cmd *cobra.Command, v *viper.Viper) (policy.Status, error) {
+	log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelError}))
+	opts, err := policyOptions(v, log)
+	if err != nil {
+		return policy.Status{}, err
+	}
+	opts.PersistDir = "" // never disturb a running process's files
+	ctx := cmd.Context()
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	e, err := policy.New(ctx, opts)
+	if err != nil {
+		return policy.Status{}, err
+	}
+	defer e.Close()
+	_ = e.Refresh(ctx) // recorded in the status
+	return e.Status(), nil
 }
 
 func printStatus(w io.Writer, st policy.Status) error {
@@ -256,7 +287,37 @@ func printStatus(w io.Writer, st policy.Status) error {
 		fmt.Fprintf(tw, "last error\t-\n")
 	}
 	fmt.Fprintf(tw, "refused\t%d\n", st.Refused)
+	if len(st.Refusals) == 0 {
+		fmt.Fprintf(tw, "refusals\t-\n")
+	}
+	for _, r := range st.Refusals {
+		fmt.Fprintf(tw, "refusal\t%s\t%s\t%s\n", formatTime(r.At), r.Reason, refusalSummary(r))
+	}
 	return tw.Flush()
+}
+
+// refusalSummary is one refusal's revision, repeats and message on one line.
+func refusalSummary(r policy.Refusal) string {
+	var b strings.Builder
+	rev := r.Revision
+	if rev == "" {
+		rev = "-"
+	}
+	active := r.Active
+	if active == "" {
+		active = "none"
+	}
+	fmt.Fprintf(&b, "revision %s", rev)
+	if r.Unverified {
+		b.WriteString(" unverified")
+	}
+	fmt.Fprintf(&b, " (active %s)", active)
+	if r.Count > 1 {
+		fmt.Fprintf(&b, ", %d times since %s", r.Count, formatTime(r.First))
+	}
+	b.WriteString(": ")
+	b.WriteString(r.Error)
+	return b.String()
 }
 
 func formatTime(t time.Time) string {
@@ -271,7 +332,7 @@ func addBundleFlags(f interface {
 	String(name, value, usage string) *string
 	Bool(name string, value bool, usage string) *bool
 }) {
-	f.String("bundle", "", "evaluate this bundle instead: a .tar.gz file or an http(s) URL")
+	f.String("bundle", "", "evaluate this bundle instead: a .tar.gz file or an https URL (see --policy-bundle-ca)")
 	f.String("public-key", "", "PEM public key to verify --bundle's signature")
 	f.Bool("insecure-skip-verify", false, "accept an unsigned --bundle file (offline debugging only)")
 }
@@ -302,10 +363,16 @@ func cliEngine(cmd *cobra.Command, v *viper.Viper) (*policy.Engine, error) {
 		opts.PublicKeyPEM = key
 	}
 	if u, err := url.Parse(src); err == nil && (u.Scheme == "http" || u.Scheme == "https") {
+		if u.Scheme == "http" {
+			return nil, fmt.Errorf("bundle %s: http:// is refused, bundles come over https only (or give a local file)", u.Redacted())
+		}
 		if opts.InsecureSkipVerify {
 			return nil, errors.New("insecure-skip-verify: only for a bundle file; a bundle URL is always verified (give --public-key)")
 		}
 		opts.BundleURL = src
+		if opts.BundleCAPEM, err = bundleCA(v); err != nil {
+			return nil, err
+		}
 		return startEngine(ctx, opts)
 	}
 	if opts.PublicKeyPEM == nil && !opts.InsecureSkipVerify {

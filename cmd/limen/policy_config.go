@@ -17,6 +17,7 @@ import (
 // is used.
 func addPolicyFlags(f *pflag.FlagSet) {
 	f.String("policy-bundle-url", "", "OPA bundle service resource to poll, https://…/bundle.tar.gz (default: the embedded policy)")
+	f.String("policy-bundle-ca", "", "PEM file of the CA certificates the bundle server's certificate must chain to (default: the system roots)")
 	f.String("policy-public-key", "", "PEM public key file that bundle signatures must verify against (required with --policy-bundle-url)")
 	f.String("policy-key-id", policy.DefaultKeyID, "key id the bundle signature names")
 	f.String("policy-key-algorithm", policy.DefaultKeyAlgorithm, "bundle signature algorithm (RS256, ES256, …)")
@@ -44,7 +45,33 @@ func policyOptions(v *viper.Viper, log *slog.Logger) (policy.Options, error) {
 		}
 		o.PublicKeyPEM = key
 	}
+	ca, err := bundleCA(v)
+	if err != nil {
+		return o, err
+	}
+	o.BundleCAPEM = ca
+	// Refuse a bad policy configuration (an http:// bundle URL, a key that
+	// does not parse) at start, before the proxy opens its CA or the worker
+	// enrolls. Validate fills in a client, so it checks a copy: New
+	// validates o again and builds its own.
+	check := o
+	if err := check.Validate(); err != nil {
+		return o, fmt.Errorf("policy configuration: %w", err)
+	}
 	return o, nil
+}
+
+// bundleCA reads policy-bundle-ca, if set.
+func bundleCA(v *viper.Viper) ([]byte, error) {
+	path := v.GetString("policy-bundle-ca")
+	if path == "" {
+		return nil, nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("policy-bundle-ca: %w", err)
+	}
+	return b, nil
 }
 
 func policyPersistDir(v *viper.Viper) string {

@@ -3,20 +3,26 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
+	"io"
 	"io/fs"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/bundle"
 
 	"github.com/limenhq/limen/bundles"
+	"github.com/limenhq/limen/gateway/ca"
 	"github.com/limenhq/limen/gateway/policy"
 	"github.com/limenhq/limen/policies"
 )
@@ -121,11 +127,48 @@ func TestPolicyEvalRejectsBadInput(t *testing.T) {
 	}
 }
 
+// bundleHost is an https bundle server with its own test CA; the handler
+// can be swapped between requests.
+type bundleHost struct {
+	*httptest.Server
+	caFile  string
+	mu      sync.Mutex
+	handler http.HandlerFunc
+}
+
+func newBundleHost(t *testing.T) *bundleHost {
+	t.Helper()
+	authority, err := ca.Open(ca.Options{DataDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &bundleHost{caFile: writeTemp(t, "bundle-ca.pem", authority.RootPEM())}
+	h.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.mu.Lock()
+		f := h.handler
+		h.mu.Unlock()
+		f(w, r)
+	}))
+	h.TLS = &tls.Config{Certificates: []tls.Certificate{authority.ServingCertificate()}}
+	h.StartTLS()
+	t.Cleanup(h.Close)
+	return h
+}
+
+func (h *bundleHost) serve(f http.HandlerFunc) {
+	h.mu.Lock()
+	h.handler = f
+	h.mu.Unlock()
+}
+
+func (h *bundleHost) serveBundle(raw []byte) {
+	h.serve(func(w http.ResponseWriter, _ *http.Request) { w.Write(raw) })
+}
+
 func TestPolicyEvalBundleURL(t *testing.T) {
-	raw := exampleBundle(t, "served", true)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write(raw) }))
-	defer srv.Close()
-	out, err := runPolicyCLI(t, "eval", "--principal", "bob", "--cluster", "demo", "--bundle", srv.URL+"/b.tar.gz", "--public-key", testPublicKey, "--json")
+	srv := newBundleHost(t)
+	srv.serveBundle(exampleBundle(t, "1", true))
+	out, err := runPolicyCLI(t, "eval", "--principal", "bob", "--cluster", "demo", "--bundle", srv.URL+"/b.tar.gz", "--public-key", testPublicKey, "--policy-bundle-ca", srv.caFile, "--json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,20 +176,68 @@ func TestPolicyEvalBundleURL(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &got); err != nil {
 		t.Fatal(err, out)
 	}
-	if got.Revision != "served" || len(got.Groups) != 1 || got.Groups[0] != "limen:view" {
+	if got.Revision != "1" || len(got.Groups) != 1 || got.Groups[0] != "limen:view" {
 		t.Fatalf("eval = %+v", got)
 	}
-	if _, err := runPolicyCLI(t, "eval", "--principal", "bob", "--cluster", "demo", "--bundle", srv.URL, "--insecure-skip-verify"); err == nil {
+	if _, err := runPolicyCLI(t, "eval", "--principal", "bob", "--cluster", "demo", "--bundle", srv.URL, "--insecure-skip-verify", "--policy-bundle-ca", srv.caFile); err == nil {
 		t.Fatal("a URL bundle was accepted without verification")
+	}
+	if _, err := runPolicyCLI(t, "eval", "--principal", "bob", "--cluster", "demo", "--bundle", srv.URL+"/b.tar.gz", "--public-key", testPublicKey); err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Fatalf("eval without the bundle CA = %v, want a certificate error", err)
+	}
+	plain := "http://" + srv.Listener.Addr().String() + "/b.tar.gz"
+	if _, err := runPolicyCLI(t, "eval", "--principal", "bob", "--cluster", "demo", "--bundle", plain, "--public-key", testPublicKey); err == nil || !strings.Contains(err.Error(), "https only") {
+		t.Fatalf("eval with an http bundle URL = %v, want a refusal naming https", err)
+	}
+}
+
+// TestHTTPBundleURLRefusedAtStart: the proxy, the worker and `policy
+// status --probe` refuse an http:// policy-bundle-url at start, naming the
+// key, before opening a CA, enrolling or fetching.
+func TestHTTPBundleURLRefusedAtStart(t *testing.T) {
+	var hits atomic.Int32
+	plain := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { hits.Add(1) }))
+	defer plain.Close()
+	url := plain.URL + "/bundle.tar.gz"
+	for _, tt := range []struct {
+		name string
+		args []string
+	}{
+		{"proxy", []string{"proxy", "--listen", "127.0.0.1:0"}},
+		{"worker", []string{"worker", "--proxy", plain.Listener.Addr().String(), "--kube-cluster", "demo", "--join-token", "t"}},
+		{"policy status --probe", []string{"policy", "status", "--probe"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			root := newRootCmd()
+			root.SetOut(io.Discard)
+			root.SetErr(io.Discard)
+			root.SetArgs(append(tt.args, "--data-dir", dir, "--policy-bundle-url", url, "--policy-public-key", testPublicKey))
+			// The configuration is refused before the context is used; were
+			// it accepted, the cancelled context ends the proxy, the
+			// enrollment or the fetch at once, without this error.
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			err := root.ExecuteContext(ctx)
+			if err == nil || !strings.Contains(err.Error(), "policy-bundle-url") || !strings.Contains(err.Error(), "https only") {
+				t.Fatalf("%s with an http bundle URL = %v, want an error naming policy-bundle-url", tt.name, err)
+			}
+			if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+				t.Fatalf("%s wrote %d entries in its data dir before refusing its configuration", tt.name, len(entries))
+			}
+		})
+	}
+	if n := hits.Load(); n != 0 {
+		t.Fatalf("the http server was asked %d times", n)
 	}
 }
 
 func TestPolicyCheck(t *testing.T) {
-	good := writeTemp(t, "good.tar.gz", exampleBundle(t, "r1", true))
-	unsigned := writeTemp(t, "unsigned.tar.gz", exampleBundle(t, "r1", false))
+	good := writeTemp(t, "good.tar.gz", exampleBundle(t, "1", true))
+	unsigned := writeTemp(t, "unsigned.tar.gz", exampleBundle(t, "1", false))
 	corrupt := writeTemp(t, "corrupt.tar.gz", []byte("not a bundle"))
 	out, err := runPolicyCLI(t, "check", good, "--public-key", testPublicKey)
-	if err != nil || !strings.Contains(out, "revision r1") {
+	if err != nil || !strings.Contains(out, "revision 1") {
 		t.Fatalf("check good: %q, %v", out, err)
 	}
 	for _, tt := range []struct {
@@ -182,6 +273,116 @@ func TestPolicyStatus(t *testing.T) {
 	if err != nil || !strings.Contains(out, `"source": "embedded"`) {
 		t.Fatalf("status --probe: %q, %v", out, err)
 	}
+}
+
+// TestPolicyStatusShowsRefusals drives a real engine, with the persist
+// directory a proxy would use, through each kind of refusal and reads them
+// back with `limen policy status`: time, reason and revision on each line.
+func TestPolicyStatusShowsRefusals(t *testing.T) {
+	dir := t.TempDir()
+	srv := newBundleHost(t)
+	pub, err := os.ReadFile(testPublicKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caPEM, err := os.ReadFile(srv.caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := policy.New(context.Background(), policy.Options{BundleURL: srv.URL + "/b.tar.gz", BundleCAPEM: caPEM, PublicKeyPEM: pub,
+		PersistDir: filepath.Join(dir, "policy"), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	srv.serveBundle(exampleBundle(t, "20250102000000", true))
+	if err := e.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	plain := httptest.NewServer(http.NotFoundHandler())
+	defer plain.Close()
+	other := exampleBundle(t, "20250102000000", true)
+	steps := []struct {
+		reason, revision string
+		serve            http.HandlerFunc
+	}{
+		{policy.ReasonRollback, "20250101000000", bundleBytes(exampleBundle(t, "20250101000000", true))},
+		{policy.ReasonSameRevision, "20250102000000", bundleBytes(withRole(t, other))},
+		{policy.ReasonSignature, "20250103000000 unverified", bundleBytes(exampleBundle(t, "20250103000000", false))},
+		{policy.ReasonNotHTTPS, "-", func(w http.ResponseWriter, r *http.Request) {
+			http.Redirect(w, r, plain.URL+"/b.tar.gz", http.StatusFound)
+		}},
+		{policy.ReasonFetch, "-", func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "down", http.StatusBadGateway) }},
+	}
+	for _, st := range steps {
+		srv.serve(st.serve)
+		if err := e.Refresh(context.Background()); err == nil {
+			t.Fatalf("step %s: Refresh succeeded", st.reason)
+		}
+	}
+	out, err := runPolicyCLI(t, "status", "--data-dir", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "refusal ") {
+			lines = append(lines, strings.Join(strings.Fields(l), " "))
+		}
+	}
+	if len(lines) != len(steps) {
+		t.Fatalf("status shows %d refusals, want %d:\n%s", len(lines), len(steps), out)
+	}
+	for i, st := range steps {
+		l := lines[len(steps)-1-i] // newest first
+		want := regexp.MustCompile(`^refusal \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ ` + regexp.QuoteMeta(st.reason+" revision "+st.revision+" (active 20250102000000): "))
+		if !want.MatchString(l) {
+			t.Errorf("refusal line %q: want %s", l, want)
+		}
+	}
+	if !strings.Contains(strings.Join(strings.Fields(out), " "), "revision 20250102000000 activated") {
+		t.Errorf("status does not show the active revision:\n%s", out)
+	}
+	js, err := runPolicyCLI(t, "status", "--data-dir", dir, "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got policy.Status
+	if err := json.Unmarshal([]byte(js), &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Refusals) != len(steps) || got.Refusals[len(steps)-1].Reason != policy.ReasonRollback || got.Refusals[len(steps)-1].At.IsZero() {
+		t.Fatalf("status --json refusals = %+v", got.Refusals)
+	}
+}
+
+func bundleBytes(raw []byte) http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) { w.Write(raw) }
+}
+
+// withRole is the example bundle plus one more role, re-signed under the
+// same revision: the same number with other content.
+func withRole(t *testing.T, raw []byte) []byte {
+	t.Helper()
+	b, err := bundle.NewReader(bytes.NewReader(raw)).WithSkipBundleVerification(true).Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := b.Data["limen"].(map[string]any)["config"].(map[string]any)
+	cfg["roles"].(map[string]any)["extra"] = map[string]any{"groups": []any{"limen:view"}, "clusters": []any{map[string]any{"name": "x"}}}
+	b.Signatures = bundle.SignaturesConfig{}
+	key, err := os.ReadFile("../../bundles/testkeys/TEST-ONLY-signing-key.pem")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.GenerateSignature(bundle.NewSigningConfig(string(key), "RS256", ""), "default", false); err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := bundle.NewWriter(&buf).Write(b); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
 }
 
 func TestParsePairs(t *testing.T) {

@@ -117,22 +117,27 @@ func runWorker(cmd *cobra.Command, _ []string) error {
 	if err != nil {
 		return err
 	}
+	v, err := loadConfig(cmd)
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+	// Policy settings are checked before enrolling: a refused bundle URL
+	// must not cost a one-time join token.
+	popts, err := policyOptions(v, log)
+	if err != nil {
+		return err
+	}
 	w, err := workerIdentity(cmd, c)
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "Worker for cluster %s enrolled with %s; certificate valid until %s.\n",
 		w.Cluster, w.Proxy, w.NotAfter().Local().Format(time.RFC1123))
-	v, err := loadConfig(cmd)
-	if err != nil || v.GetBool("enroll-only") {
-		return err
+	if v.GetBool("enroll-only") {
+		return nil
 	}
 	kc, err := loadWorkerKubeConfig(v)
-	if err != nil {
-		return err
-	}
-	log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
-	popts, err := policyOptions(v, log)
 	if err != nil {
 		return err
 	}

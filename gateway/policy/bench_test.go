@@ -49,7 +49,7 @@ func largeEngine(b *testing.B, cacheEntries int) *Engine {
 	b.Helper()
 	_, pub := testKeys(b)
 	priv, _ := testKeys(b)
-	raw := buildBundle(b, "large", defaultRego(b), largeData(), priv)
+	raw := buildBundle(b, "1", defaultRego(b), largeData(), priv)
 	e, err := New(context.Background(), Options{Bundle: raw, PublicKeyPEM: pub, CacheEntries: cacheEntries, Logger: quietLogger()})
 	if err != nil {
 		b.Fatal(err)

@@ -30,9 +30,14 @@ type Engine struct {
 	log    *slog.Logger
 	active atomic.Pointer[snapshot]
 
-	mu     sync.Mutex // guards status and etag
+	mu     sync.Mutex // guards status, etag and floor
 	status Status
 	etag   string
+	// floor is the newest bundle verified from the service or the persist
+	// directory: a bundle may only follow it (checkOrder).
+	floor *mark
+
+	refreshMu sync.Mutex // one Refresh at a time: check and activate are one step
 
 	runMu  sync.Mutex // guards cancel and done
 	cancel context.CancelFunc
@@ -77,6 +82,7 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 			return nil, err
 		}
 	case SourceService:
+		e.loadRefusals()
 		e.loadPersisted(ctx)
 	}
 	return e, nil
@@ -87,14 +93,18 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 func (e *Engine) activate(ctx context.Context, c content, raw []byte) error {
 	s, err := compile(ctx, c, e.opts.CacheEntries)
 	if err != nil {
+		err = &refusal{reason: ReasonInvalid, revision: c.revision, err: err}
 		e.recordError(err)
 		e.log.Warn("policy bundle refused; the active bundle stays", "revision", c.revision, "error", err)
 		return err
 	}
-	s.activated = time.Now()
+	s.activated, s.mark = time.Now(), c.mark
 	prev := e.active.Swap(s)
 	e.mu.Lock()
 	e.status.Revision, e.status.ActivatedAt = s.revision, s.activated
+	if c.mark != nil && (e.floor == nil || c.mark.n >= e.floor.n) {
+		e.floor = c.mark
+	}
 	e.mu.Unlock()
 	if raw != nil {
 		e.persist(raw)

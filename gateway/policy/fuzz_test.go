@@ -15,9 +15,9 @@ import (
 // fuzzed bundle that verifies has the seed's content.)
 func FuzzReadBundle(f *testing.F) {
 	priv, pub := testKeys(f)
-	f0 := buildBundle(f, "seed", defaultRego(f), bobData("limen:view"), priv)
+	f0 := buildBundle(f, "1", defaultRego(f), bobData("limen:view"), priv)
 	f.Add(f0)
-	f.Add(buildBundle(f, "seed", defaultRego(f), bobData("limen:view"), nil))
+	f.Add(buildBundle(f, "1", defaultRego(f), bobData("limen:view"), nil))
 	f.Add([]byte("\x1f\x8b\x08\x00\x00\x00\x00\x00"))
 	f.Add([]byte{})
 	v := &verifier{keyID: DefaultKeyID, alg: DefaultKeyAlgorithm, key: pub}
@@ -42,6 +42,9 @@ func FuzzReadBundle(f *testing.F) {
 				}
 				continue
 			}
+			if n, perr := ParseRevision(c.revision); perr != nil || c.mark == nil || c.mark.n != n || c.mark.revision != c.revision {
+				t.Fatalf("accepted a bundle without an ordered revision: %q (%v), mark %+v", c.revision, perr, c.mark)
+			}
 			if ver != nil && !sameContent(c, want) {
 				t.Fatalf("a modified bundle passed verification (revision %s)", c.revision)
 			}
@@ -52,7 +55,7 @@ func FuzzReadBundle(f *testing.F) {
 // sameContent compares what a bundle would activate: the archive bytes may
 // differ (gzip header, trailing bytes) under the same signature.
 func sameContent(a, b content) bool {
-	if a.revision != b.revision || len(a.modules) != len(b.modules) || !reflect.DeepEqual(a.data, b.data) {
+	if a.revision != b.revision || *a.mark != *b.mark || len(a.modules) != len(b.modules) || !reflect.DeepEqual(a.data, b.data) {
 		return false
 	}
 	for path, m := range a.modules {

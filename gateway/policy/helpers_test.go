@@ -1,13 +1,16 @@
 package policy
 
 import (
+	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"io"
 	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -87,6 +90,53 @@ func buildBundle(t testing.TB, revision string, rego map[string]string, data map
 		t.Fatal(err)
 	}
 	return buf.Bytes()
+}
+
+// withManifest returns raw with its .manifest file replaced by manifest and
+// everything else, the signature included, unchanged: a bundle whose
+// revision was edited after signing.
+func withManifest(t testing.TB, raw []byte, manifest string) []byte {
+	t.Helper()
+	zr, err := gzip.NewReader(bytes.NewReader(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := tar.NewReader(zr)
+	var out bytes.Buffer
+	zw := gzip.NewWriter(&out)
+	tw := tar.NewWriter(zw)
+	replaced := false
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.TrimPrefix(h.Name, "/") == ".manifest" {
+			body, replaced = []byte(manifest), true
+			h.Size = int64(len(body))
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		tw.Write(body)
+	}
+	if !replaced {
+		t.Fatal("the bundle has no .manifest to replace")
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return out.Bytes()
 }
 
 // exampleConfig is a data.limen.config with the given roles and user bindings.

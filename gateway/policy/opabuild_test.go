@@ -30,7 +30,7 @@ func TestOPABuildBundle(t *testing.T) {
 	}
 	root, _ := filepath.Abs(filepath.Join("..", ".."))
 	out := filepath.Join(t.TempDir(), "bundle.tar.gz")
-	cmd := exec.Command("go", "tool", "opa", "build", "--bundle", src, "--revision", "opa-cli",
+	cmd := exec.Command("go", "tool", "opa", "build", "--bundle", src, "--revision", "20250131235959",
 		"--signing-key", filepath.Join(root, "bundles", "testkeys", "TEST-ONLY-signing-key.pem"), "-o", out)
 	cmd.Dir = root
 	if b, err := cmd.CombinedOutput(); err != nil {
@@ -46,7 +46,7 @@ func TestOPABuildBundle(t *testing.T) {
 		t.Fatal(err)
 	}
 	d, err := e.Groups(context.Background(), alice, demo)
-	if err != nil || d.Revision != "opa-cli" || len(d.Groups) != 2 {
+	if err != nil || d.Revision != "20250131235959" || len(d.Groups) != 2 {
 		t.Fatalf("Groups = %+v, %v", d, err)
 	}
 }

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
@@ -27,9 +28,14 @@ const (
 // Config keys (flags, LIMEN_* variables, YAML) are given in brackets; errors
 // from Validate name them.
 type Options struct {
-	// BundleURL is the bundle service resource to poll, http(s)://…/bundle.tar.gz
-	// [policy-bundle-url]. Setting it requires PublicKeyPEM.
+	// BundleURL is the bundle service resource to poll, https://…/bundle.tar.gz
+	// [policy-bundle-url]. Only https is accepted, also for redirects.
+	// Setting it requires PublicKeyPEM.
 	BundleURL string
+	// BundleCAPEM, when set, holds the only CA certificates (PEM) that the
+	// bundle service's certificate may chain to; unset, the system roots
+	// [policy-bundle-ca, a file path].
+	BundleCAPEM []byte
 	// Bundle is a static signed bundle (tar.gz), for `limen policy eval|check`.
 	Bundle []byte
 	// PublicKeyPEM verifies bundle signatures (PEM public key, or an HMAC secret
@@ -53,10 +59,16 @@ type Options struct {
 	CacheEntries int
 	// MaxBundleBytes bounds a downloaded bundle.
 	MaxBundleBytes int64
-	// HTTPClient fetches bundles; nil means a client with a 30 s timeout.
+	// HTTPClient fetches bundles; nil means a client with a 30 s timeout,
+	// TLS 1.2 or later and BundleCAPEM's roots. Either way Validate makes it
+	// refuse redirects to anything but https.
 	HTTPClient *http.Client
 	// Logger receives activation, refusal and fetch logs; nil means slog.Default().
 	Logger *slog.Logger
+
+	// clientReady is set once Validate has built or wrapped HTTPClient, so
+	// that validating again changes nothing.
+	clientReady bool
 }
 
 // Source names where an engine's policy comes from.
@@ -101,10 +113,10 @@ func (o *Options) Validate() error {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	if o.HTTPClient == nil {
-		o.HTTPClient = &http.Client{Timeout: 30 * time.Second}
-	}
 	var errs []error
+	if err := o.httpClient(); err != nil {
+		errs = append(errs, err)
+	}
 	if o.BundleURL != "" {
 		errs = append(errs, o.validateService()...)
 	}
@@ -128,8 +140,10 @@ func (o *Options) validateService() []error {
 	switch {
 	case err != nil:
 		errs = append(errs, fmt.Errorf("policy-bundle-url %q: %w", o.BundleURL, err))
-	case u.Scheme != "https" && u.Scheme != "http", u.Host == "":
-		errs = append(errs, fmt.Errorf("policy-bundle-url %q: want http(s)://host/path/bundle.tar.gz", o.BundleURL))
+	case u.Scheme == "http":
+		errs = append(errs, fmt.Errorf("policy-bundle-url %q: http:// is refused, bundles come over https only: serve the bundle over TLS and give its CA with policy-bundle-ca if it is private", u.Redacted()))
+	case u.Scheme != "https", u.Host == "":
+		errs = append(errs, fmt.Errorf("policy-bundle-url %q: want https://host/path/bundle.tar.gz", u.Redacted()))
 	}
 	if o.Bundle != nil {
 		errs = append(errs, errors.New("policy-bundle-url and a bundle file are exclusive: choose one"))
@@ -144,6 +158,47 @@ func (o *Options) validateService() []error {
 		errs = append(errs, fmt.Errorf("policy-min-delay %s / policy-max-delay %s: want 1s <= min <= max", o.MinDelay, o.MaxDelay))
 	}
 	return errs
+}
+
+// httpClient builds the default client, or wraps the given one, so that
+// a redirect can never leave https.
+func (o *Options) httpClient() error {
+	if len(o.BundleCAPEM) > 0 && o.BundleURL == "" {
+		return errors.New("policy-bundle-ca is set but policy-bundle-url is not: set the bundle URL, or drop the CA")
+	}
+	if o.clientReady {
+		return nil
+	}
+	if o.HTTPClient == nil {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+		if len(o.BundleCAPEM) > 0 {
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(o.BundleCAPEM) {
+				return errors.New("policy-bundle-ca: no PEM certificate found: give the CA certificate file that signed the bundle server's certificate")
+			}
+			tr.TLSClientConfig.RootCAs = pool
+		}
+		o.HTTPClient = &http.Client{Timeout: 30 * time.Second, Transport: tr}
+	} else if len(o.BundleCAPEM) > 0 {
+		return errors.New("policy-bundle-ca is set together with a custom HTTP client: configure the CA in that client instead")
+	}
+	c := *o.HTTPClient
+	next := c.CheckRedirect
+	c.CheckRedirect = func(req *http.Request, via []*http.Request) error {
+		if req.URL.Scheme != "https" {
+			return &refusal{reason: ReasonNotHTTPS, err: fmt.Errorf("%w: redirected to %s: bundles come over https only; point policy-bundle-url at the final https URL", ErrBundleRefused, req.URL.Redacted())}
+		}
+		if next != nil {
+			return next(req, via)
+		}
+		if len(via) >= 10 {
+			return errors.New("stopped after 10 redirects")
+		}
+		return nil
+	}
+	o.HTTPClient, o.clientReady = &c, true
+	return nil
 }
 
 // checkKey fails early on a key OPA could not use, instead of refusing every

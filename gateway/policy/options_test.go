@@ -21,6 +21,10 @@ func TestOptionsValidate(t *testing.T) {
 		{"key without service", Options{PublicKeyPEM: pub}, "policy-bundle-url is not"},
 		{"relative url", Options{BundleURL: "b.example/x", PublicKeyPEM: pub}, "policy-bundle-url"},
 		{"file url", Options{BundleURL: "file:///etc/passwd", PublicKeyPEM: pub}, "policy-bundle-url"},
+		{"http url", Options{BundleURL: "http://b.example/limen.tar.gz", PublicKeyPEM: pub}, "policy-bundle-url"},
+		{"uppercase http url", Options{BundleURL: "HTTP://b.example/limen.tar.gz", PublicKeyPEM: pub}, "policy-bundle-url"},
+		{"bundle ca", Options{BundleURL: "https://b/x", PublicKeyPEM: pub, BundleCAPEM: pub}, "policy-bundle-ca: no PEM certificate"},
+		{"bundle ca without url", Options{BundleCAPEM: pub}, "policy-bundle-ca is set but policy-bundle-url is not"},
 		{"url no host", Options{BundleURL: "https:///x", PublicKeyPEM: pub}, "policy-bundle-url"},
 		{"private key given", Options{BundleURL: "https://b/x", PublicKeyPEM: priv}, "never the private key"},
 		{"garbage key", Options{BundleURL: "https://b/x", PublicKeyPEM: []byte("not pem")}, "not a PEM block"},
@@ -46,18 +50,43 @@ func TestOptionsValidate(t *testing.T) {
 	}
 }
 
+// TestValidateTwice: validating options again (a caller, then New) keeps
+// the client Validate built, with its CA.
+func TestValidateTwice(t *testing.T) {
+	_, pub := testKeys(t)
+	srv := newBundleServer(t)
+	o := Options{BundleURL: srv.URL, BundleCAPEM: srv.caPEM(), PublicKeyPEM: pub, Logger: quietLogger()}
+	if err := o.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	client := o.HTTPClient
+	if err := o.Validate(); err != nil || o.HTTPClient != client {
+		t.Fatalf("second Validate = %v (client kept: %v)", err, o.HTTPClient == client)
+	}
+	e, err := New(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	priv, _ := testKeys(t)
+	srv.serve(buildBundle(t, "1", defaultRego(t), bobData("limen:view"), priv), `"1"`)
+	if err := e.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestStaticBundle(t *testing.T) {
 	priv, pub := testKeys(t)
-	raw := buildBundle(t, "static", defaultRego(t), bobData("limen:view"), priv)
+	raw := buildBundle(t, "1", defaultRego(t), bobData("limen:view"), priv)
 	e, err := New(context.Background(), Options{Bundle: raw, PublicKeyPEM: pub, Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	wantGroups(t, e, "limen:view")
-	if st := e.Status(); st.Source != SourceStatic || st.Revision != "static" {
+	if st := e.Status(); st.Source != SourceStatic || st.Revision != "1" {
 		t.Fatalf("status = %+v", st)
 	}
-	unsigned := buildBundle(t, "u", defaultRego(t), bobData("limen:view"), nil)
+	unsigned := buildBundle(t, "2", defaultRego(t), bobData("limen:view"), nil)
 	if _, err := New(context.Background(), Options{Bundle: unsigned, PublicKeyPEM: pub, Logger: quietLogger()}); err == nil {
 		t.Fatal("unsigned static bundle accepted with a key configured")
 	}

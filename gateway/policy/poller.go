@@ -63,12 +63,17 @@ func (e *Engine) Close() error {
 	return nil
 }
 
-// Refresh fetches the bundle once and activates it if it changed. The error
-// says why nothing was activated; the active bundle answers either way.
+// Refresh fetches the bundle once and activates it if it is new. A bundle
+// must verify, carry a revision newer than the newest one seen (or the same
+// revision with the same content, which changes nothing) and pass the
+// activation checks. The error says why nothing was activated; the active
+// bundle answers either way.
 func (e *Engine) Refresh(ctx context.Context) error {
 	if e.opts.Source() != SourceService {
 		return nil
 	}
+	e.refreshMu.Lock()
+	defer e.refreshMu.Unlock()
 	raw, etag, err := e.fetch(ctx)
 	if err != nil {
 		e.recordError(err)
@@ -79,20 +84,35 @@ func (e *Engine) Refresh(ctx context.Context) error {
 		return nil
 	}
 	c, err := readBundle(raw, e.opts.verifier(), e.opts.MaxBundleBytes)
+	same := false
 	if err == nil {
-		err = e.activate(ctx, c, raw)
-	} else {
-		e.recordError(err)
-		e.log.Warn("policy bundle refused; the active bundle stays", "url", e.opts.BundleURL, "error", err)
+		e.mu.Lock()
+		floor := e.floor
+		e.mu.Unlock()
+		same, err = checkOrder(floor, c)
 	}
 	if err != nil {
+		e.recordError(err)
+		c := classify(err)
+		e.log.Warn("policy bundle refused; the active bundle stays", "url", e.opts.BundleURL, "reason", c.reason, "revision", c.revision, "error", err)
 		return err
+	}
+	if !same || !e.isActive(c.mark) {
+		if err := e.activate(ctx, c, raw); err != nil {
+			return err
+		}
 	}
 	e.mu.Lock()
 	e.etag = etag
 	e.mu.Unlock()
 	e.recordFetch()
 	return nil
+}
+
+// isActive reports whether the active snapshot is exactly the bundle m marks.
+func (e *Engine) isActive(m *mark) bool {
+	s := e.active.Load()
+	return s != nil && s.mark != nil && m != nil && *s.mark == *m
 }
 
 // fetch GETs the bundle with If-None-Match. It returns nil bytes on 304.
@@ -142,6 +162,17 @@ func (e *Engine) persist(raw []byte) {
 	}
 }
 
+// loadRefusals carries the refusal history of the previous run over, so
+// `limen policy status` still shows why a bundle was refused before a restart.
+func (e *Engine) loadRefusals() {
+	if e.opts.PersistDir == "" {
+		return
+	}
+	if old, err := ReadStatus(e.opts.PersistDir); err == nil && old.Source == SourceService {
+		e.status.Refusals = old.Refusals[:min(len(old.Refusals), MaxRefusals)]
+	}
+}
+
 // loadPersisted activates the last good bundle, verified again exactly like a
 // fetched one. A missing file is normal on first start.
 func (e *Engine) loadPersisted(ctx context.Context) {
@@ -156,6 +187,11 @@ func (e *Engine) loadPersisted(ctx context.Context) {
 	if err == nil {
 		var c content
 		if c, err = readBundle(raw, e.opts.verifier(), e.opts.MaxBundleBytes); err == nil {
+			// Its verified revision is the floor even if this binary cannot
+			// activate it: the service may not go back behind it.
+			e.mu.Lock()
+			e.floor = c.mark
+			e.mu.Unlock()
 			err = e.activate(ctx, c, nil)
 		} else {
 			e.recordError(err)

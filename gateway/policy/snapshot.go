@@ -27,6 +27,7 @@ const (
 // alone. A snapshot is immutable once built, so decisions need no lock.
 type snapshot struct {
 	revision  string
+	mark      *mark // nil for the embedded default
 	activated time.Time
 	groups    rego.PreparedEvalQuery
 	grants    *rego.PreparedEvalQuery
@@ -40,6 +41,9 @@ type content struct {
 	revision string
 	modules  map[string]*ast.Module
 	data     map[string]any
+	// mark orders bundles read from a bundle service or file; nil for the
+	// embedded default, which is never compared with another.
+	mark *mark
 }
 
 // compile builds a snapshot from c and runs every activation check: the
