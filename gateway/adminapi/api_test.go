@@ -263,7 +263,7 @@ func TestLockedAdminCannotUnlockThemself(t *testing.T) {
 		t.Fatal("a locked admin locked someone")
 	}
 	ev, ok := e.audit.last(audit.TypeAuthDenied)
-	if !ok || ev.Principal.Name != "root-admin" || ev.Denied.Hop != audit.HopProxy || !strings.Contains(ev.Denied.Reason, "locked") {
+	if !ok || ev.Principal.Name != "root-admin" || ev.Denied.Hop != audit.HopProxy || ev.Denied.Action != audit.ActionAdmin || !strings.Contains(ev.Denied.Reason, "locked") {
 		t.Fatalf("refusal of a locked admin not audited: %+v", ev)
 	}
 	if _, err := oc.Unlock(ctx, locks.TargetOf(admin)); err != nil {

@@ -218,7 +218,7 @@ func (k *Kube) untrack(r *http.Request, live *sessions.Live) {
 func (k *Kube) denied(r *http.Request, p identity.Principal, cluster, reason string) {
 	ev := audit.Event{
 		Type: audit.TypeAuthDenied, Time: k.Now(), Principal: p, Cluster: cluster, ClientAddr: r.RemoteAddr,
-		Denied: &audit.Denied{Hop: audit.HopProxy, Reason: reason, Path: audit.RequestPath(r.RequestURI)},
+		Denied: &audit.Denied{Hop: audit.HopProxy, Action: audit.ActionKube, Reason: reason, Path: audit.RequestPath(r.RequestURI)},
 	}
 	if err := k.Audit.Emit(r.Context(), ev); err != nil {
 		k.Logger.Error("audit auth.denied", "err", err, "reason", reason)
