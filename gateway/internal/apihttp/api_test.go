@@ -90,7 +90,9 @@ func TestDenyStoresEveryRefusal(t *testing.T) {
 	}
 	t.Cleanup(func() { store.Close() })
 	long := strings.Repeat("a", 70<<10)
-	refuse := func(*http.Request) (identity.Principal, error) { return identity.Principal{}, errors.New("no certificate " + long) }
+	refuse := func(*http.Request) (identity.Principal, error) {
+		return identity.Principal{}, errors.New("no certificate " + long)
+	}
 	a, err := New("testapi", Gate{Principal: refuse, Locks: locks.NewSet(), Policy: allowAll{}, Audit: store,
 		Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
