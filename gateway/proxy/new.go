@@ -70,6 +70,7 @@ type Server struct {
 
 	recordings *recstore.Store
 	control    *workerRouter
+	admin      *adminapi.Handler
 	log        *slog.Logger
 }
 
@@ -199,7 +200,26 @@ func (s *Server) mountAPIs(c Config) error {
 		return err
 	}
 	admin.Register(s.Mux)
+	s.admin = admin
 	return nil
+}
+
+// syncLocks picks up, every adminapi.LockSyncInterval, the lock changes
+// made to the store outside the admin API — the break-glass `limen unlock
+// --local` on this host — and pushes them to the workers.
+func (s *Server) syncLocks(ctx context.Context) {
+	t := time.NewTicker(adminapi.LockSyncInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := s.admin.SyncLocks(ctx); err != nil && ctx.Err() == nil {
+				s.log.Error("lock store unreadable; locks in force unchanged", "err", err)
+			}
+		}
+	}
 }
 
 // Serve runs the policy poller and the one TLS port — worker tunnels,
@@ -210,6 +230,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	wg.Go(func() { _ = s.Policy.Run(ctx) })
+	wg.Go(func() { s.syncLocks(ctx) })
 	p := &port{TLS: s.CA.ServerTLSConfig(), Kube: s.Kube, Handler: s.Mux, Tunnel: s.Tunnel,
 		WorkerCluster: s.CA.ClusterFromChains, Logger: s.log}
 	return p.Serve(ctx, ln)
