@@ -97,7 +97,7 @@ func setup(t *testing.T) *env {
 	t.Cleanup(func() { e.reg.Close(); store.Close() })
 	h, err := adminapi.New(adminapi.Config{
 		LockStore: store, Locks: e.set, Sessions: e.reg, Admin: policy{}, Principal: authority.PrincipalFromRequest, Audit: e.audit,
-		Now:      func() time.Time { return time.Now().Add(time.Duration(e.skew.Load())) },
+		Now: func() time.Time { return time.Now().Add(time.Duration(e.skew.Load())) },
 		OnChange: func(_ context.Context, c locks.Change) {
 			e.set.Apply(c)
 			select {
@@ -105,8 +105,8 @@ func setup(t *testing.T) *env {
 			default:
 			}
 		},
-		OnKill:   func(_ context.Context, i sessions.Info, _ identity.Principal) { e.killed <- i },
-		Logger:   quiet,
+		OnKill: func(_ context.Context, i sessions.Info, _ identity.Principal) { e.killed <- i },
+		Logger: quiet,
 	})
 	if err != nil {
 		t.Fatal(err)
