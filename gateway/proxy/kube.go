@@ -186,14 +186,17 @@ func (k *Kube) sign(r *http.Request, p identity.Principal, dec policy.Decision, 
 // (sessions.Classify) is listed as a session; every other response is only
 // guarded.
 func (k *Kube) track(r *http.Request, path kpath.Path, s sessions.Session) (context.Context, *sessions.Live, error) {
-	if k.Sessions == nil {
-		return r.Context(), nil, nil
-	}
 	// A request the classifier cannot read is guarded only; the worker
 	// answers it 400.
 	if info, err := reqinfo.Classify(r, path); err == nil {
 		st := sessions.Classify(r, info)
 		s.Kind, s.Target = st.Kind, st.Target
+	}
+	if s.Kind != sessions.KindNone {
+		liftDeadlines(r) // a stream lasts as long as its grant (port.go)
+	}
+	if k.Sessions == nil {
+		return r.Context(), nil, nil
 	}
 	live, err := k.Sessions.Track(r.Context(), s)
 	if err != nil {
