@@ -55,7 +55,7 @@ func deadlineGateway(t *testing.T) *gatewaytest.Env {
 func TestStreamsOutliveThePortDeadlines(t *testing.T) {
 	e := deadlineGateway(t)
 	ns := clustertest.Namespace(t)
-	clustertest.RunPod(t, ns, "ticker", []string{"sh", "-c", "i=0; while true; i=$((i+1)); echo tick-$i; sleep 1; done"}, false)
+	clustertest.RunPod(t, ns, "ticker", []string{"sh", "-c", "i=0; while true; do i=$((i+1)); echo tick-$i; sleep 1; done"}, false)
 	kc, err := e.Login(context.Background(), "alice")
 	if err != nil {
 		t.Fatalf("login alice: %v", err)
@@ -67,7 +67,8 @@ func TestStreamsOutliveThePortDeadlines(t *testing.T) {
 	start := func(bin string, args ...string) (*lockedBuffer, <-chan error) {
 		t.Helper()
 		var out, errb lockedBuffer
-		cmd := exec.Command(bin, append([]string{"--kubeconfig", kc, "-n", ns}, args...)...)
+		ctx, cancel := context.WithCancel(context.Background())
+		cmd := exec.CommandContext(ctx, bin, append([]string{"--kubeconfig", kc, "-n", ns}, args...)...)
 		cmd.Stdout, cmd.Stderr = &out, &errb
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -75,12 +76,12 @@ func TestStreamsOutliveThePortDeadlines(t *testing.T) {
 		done := make(chan error, 1)
 		go func() {
 			err := cmd.Wait()
-			if err != nil {
+			if err != nil && ctx.Err() == nil {
 				t.Logf("kubectl %v: %v: %s", args, err, errb.String())
 			}
 			done <- err
 		}()
-		t.Cleanup(func() { _ = cmd.Process.Kill() })
+		t.Cleanup(cancel)
 		return &out, done
 	}
 	newest := clustertest.Kubectl(t, "")
