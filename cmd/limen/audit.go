@@ -35,7 +35,8 @@ opened read-only in --data-dir (the proxy's data directory), so this runs on
 the proxy host, alongside a running proxy.
 
   limen audit search --user alice --cluster prod --verb delete --since 24h
-  limen audit search --type auth.denied --since 2026-11-01T00:00:00Z --json`,
+  limen audit search --type auth.denied --since 2026-11-01T00:00:00Z --json
+  limen audit search --action admin --since 24h   # refused admin calls`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			v, err := loadConfig(cmd)
@@ -74,6 +75,7 @@ the proxy host, alongside a running proxy.
 	f.String("cluster", "", "only events for this cluster")
 	f.String("verb", "", "only kube.request events with this Kubernetes verb (get, list, watch, delete, …)")
 	f.String("type", "", "only events of this type (kube.request, auth.denied, session.start, …)")
+	f.String("action", "", "only auth.denied events that refused this: kube, admin, login or enroll")
 	f.String("since", "", "only events newer than this: a duration (1h, 30m) or an RFC 3339 time")
 	f.Int("limit", 1000, "at most this many events, the newest")
 	f.Bool("json", false, "print one JSON event per line")
@@ -87,7 +89,14 @@ func auditQuery(v *viper.Viper, now time.Time) (audit.Query, error) {
 		Cluster: v.GetString("cluster"),
 		Verb:    v.GetString("verb"),
 		Type:    audit.Type(v.GetString("type")),
+		Action:  v.GetString("action"),
 		Limit:   v.GetInt("limit"),
+	}
+	if q.Action != "" && !audit.ValidAction(q.Action) {
+		return q, fmt.Errorf("action %q: want one of %s, %s, %s, %s", q.Action, audit.ActionKube, audit.ActionAdmin, audit.ActionLogin, audit.ActionEnroll)
+	}
+	if q.Action != "" && q.Type != "" && q.Type != audit.TypeAuthDenied {
+		return q, fmt.Errorf("action %q with type %s: --action selects auth.denied events; drop --type or use --type %s", q.Action, q.Type, audit.TypeAuthDenied)
 	}
 	if q.Limit <= 0 {
 		return q, fmt.Errorf("limit %d: must be at least 1", q.Limit)
@@ -146,7 +155,11 @@ func eventDetail(e audit.Event) string {
 		k := e.Kube
 		return fmt.Sprintf("%s %s %s %d %s", k.Verb, k.Method, k.Path, k.Status, k.Latency.Round(time.Microsecond))
 	case e.Denied != nil:
-		return fmt.Sprintf("%s refused %s: %s", e.Denied.Hop, dash(e.Denied.Path), e.Denied.Reason)
+		d := fmt.Sprintf("%s refused %s %s: %s", e.Denied.Hop, dash(e.Denied.Action), dash(e.Denied.Path), e.Denied.Reason)
+		if e.Denied.Count > 1 {
+			d += fmt.Sprintf(" (×%d)", e.Denied.Count)
+		}
+		return d
 	case e.Session != nil:
 		s := e.Session
 		target := s.Target

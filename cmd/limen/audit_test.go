@@ -45,7 +45,9 @@ func TestAuditSearchCLI(t *testing.T) {
 		kube("alice", "prod", "delete", 30*time.Minute),
 		kube("alice", "dev", "delete", 20*time.Minute),
 		kube("bob", "prod", "delete", 10*time.Minute),
-		{Type: audit.TypeAuthDenied, Time: now, Cluster: "prod", Denied: &audit.Denied{Hop: audit.HopProxy, Reason: "no groups"}},
+		{Type: audit.TypeAuthDenied, Time: now, Cluster: "prod", Denied: &audit.Denied{Hop: audit.HopProxy, Action: audit.ActionKube, Reason: "no groups"}},
+		{Type: audit.TypeAuthDenied, Time: now.Add(-time.Minute), Principal: identity.Principal{Kind: identity.KindUser, Name: "alice"},
+			Denied: &audit.Denied{Hop: audit.HopProxy, Action: audit.ActionAdmin, Reason: "admin action user.unlock: locked", Path: "/v1/admin/locks/user/alice"}},
 	} {
 		if err := s.Emit(ctx, e); err != nil {
 			t.Fatal(err)
@@ -65,14 +67,28 @@ func TestAuditSearchCLI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if strings.Count(out, "\n") != 2 {
+		t.Fatalf("--type auth.denied: want both refusals:\n%s", out)
+	}
+
+	// --action picks the refusals of one kind.
+	out, err = runAuditCLI(t, "audit", "search", "--data-dir", dir, "--action", "kube", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
 	var e audit.Event
 	if err := json.Unmarshal([]byte(strings.TrimSpace(out)), &e); err != nil || e.Denied == nil || e.Denied.Reason != "no groups" {
-		t.Fatalf("json output %q: %v", out, err)
+		t.Fatalf("--action kube json output %q: %v", out, err)
+	}
+	out, err = runAuditCLI(t, "audit", "search", "--data-dir", dir, "--action", "admin")
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); err != nil || len(lines) != 2 ||
+		!strings.Contains(lines[1], "proxy refused admin /v1/admin/locks/user/alice") {
+		t.Fatalf("--action admin table output (%v):\n%s", err, out)
 	}
 
 	t.Setenv("LIMEN_DATA_DIR", dir)
 	out, err = runAuditCLI(t, "audit", "search", "--since", "2h", "--json")
-	if err != nil || strings.Count(out, "\n") != 4 {
+	if err != nil || strings.Count(out, "\n") != 5 {
 		t.Fatalf("LIMEN_DATA_DIR, --since 2h: %v\n%s", err, out)
 	}
 }
@@ -87,6 +103,8 @@ func TestAuditSearchCLIErrors(t *testing.T) {
 		{[]string{"audit", "search", "--data-dir", t.TempDir(), "--since", "yesterday"}, "want a duration"},
 		{[]string{"audit", "search", "--data-dir", t.TempDir(), "--since", "-1h"}, "must be positive"},
 		{[]string{"audit", "search", "--data-dir", t.TempDir(), "--limit", "0"}, "limit 0"},
+		{[]string{"audit", "search", "--data-dir", t.TempDir(), "--action", "delete"}, `action "delete": want one of kube, admin, login, enroll`},
+		{[]string{"audit", "search", "--data-dir", t.TempDir(), "--action", "kube", "--type", "kube.request"}, "--action selects auth.denied"},
 	}
 	for _, tt := range tests {
 		_, err := runAuditCLI(t, tt.args...)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/viper"
 
 	"github.com/limenhq/limen/gateway/adminapi"
 	"github.com/limenhq/limen/gateway/locks"
@@ -30,7 +31,12 @@ func newLockCmd() *cobra.Command {
 		Long: `Lock a user or bot. Every new request is refused with the reason, and every
 open exec, attach, port-forward, watch and log stream ends within a second,
 on the proxy and on the workers. The lock lasts until limen unlock, or for
---ttl.`,
+--ttl.
+
+With --local --data-dir DIR, on the proxy host, the lock is written straight
+to the proxy's lock store, with no certificate and no policy check, and
+audited as set by the host's OS user; a running proxy puts it in force
+within a second.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			v, err := loadConfig(cmd)
@@ -52,13 +58,25 @@ on the proxy and on the workers. The lock lasts until limen unlock, or for
 				}
 				req.TTL = ttl.String()
 			}
-			c, err := sessionAdminClient(v.GetString("proxy"))
-			if err != nil {
-				return err
-			}
-			l, err := c.Lock(cmd.Context(), req)
-			if err != nil {
-				return err
+			var l locks.Lock
+			if v.GetBool("local") {
+				ll, err := openLocalLocksFlags(cmd, v)
+				if err != nil {
+					return err
+				}
+				defer ll.close()
+				l, err = ll.Lock(cmd.Context(), req)
+				if err != nil {
+					return err
+				}
+			} else {
+				c, err := sessionAdminClient(v.GetString("proxy"))
+				if err != nil {
+					return err
+				}
+				if l, err = c.Lock(cmd.Context(), req); err != nil {
+					return err
+				}
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), "Locked: "+l.Describe())
 			return nil
@@ -67,14 +85,41 @@ on the proxy and on the workers. The lock lasts until limen unlock, or for
 	cmd.Flags().String("proxy", "", "proxy HOST:PORT (default: the last one logged in to)")
 	cmd.Flags().String("reason", "", "why; shown to the locked user and audited (required)")
 	cmd.Flags().Duration("ttl", 0, "lift the lock after this long (default: until limen unlock)")
+	addLocalFlags(cmd)
 	return cmd
+}
+
+// addLocalFlags adds --local and --data-dir to an admin command.
+func addLocalFlags(cmd *cobra.Command) {
+	cmd.Flags().Bool("local", false, "on the proxy host: change the proxy's stores in --data-dir directly, with no certificate or policy check (audited as the OS user)")
+	cmd.Flags().String("data-dir", "", "the proxy's data directory, with --local")
+}
+
+func openLocalLocksFlags(cmd *cobra.Command, v *viper.Viper) (*localLocks, error) {
+	dir, err := localDataDir(v)
+	if err != nil {
+		return nil, err
+	}
+	return openLocalLocks(cmd.Context(), dir)
 }
 
 func newUnlockCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "unlock USER",
 		Short: "Remove the lock on a user or bot (bot:NAME) (admin)",
-		Args:  cobra.ExactArgs(1),
+		Long: `Remove the lock on a user or bot (bot:NAME). A locked admin cannot unlock
+themself, or do anything else, through the proxy.
+
+The break-glass, when every admin is locked out: on the proxy host, as a user
+who can write its data directory,
+
+  limen unlock alice --local --data-dir /var/lib/limen
+
+removes the lock straight from the proxy's lock store, with no certificate
+and no policy check. The unlock is audited (user.unlock, via=local, by the
+host's OS user); if it cannot be audited the lock is put back. A running
+proxy lifts the lock, on itself and its workers, within a second.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			v, err := loadConfig(cmd)
 			if err != nil {
@@ -84,18 +129,30 @@ func newUnlockCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c, err := sessionAdminClient(v.GetString("proxy"))
-			if err != nil {
-				return err
-			}
-			if _, err := c.Unlock(cmd.Context(), t); err != nil {
-				return err
+			if v.GetBool("local") {
+				ll, err := openLocalLocksFlags(cmd, v)
+				if err != nil {
+					return err
+				}
+				defer ll.close()
+				if _, err := ll.Unlock(cmd.Context(), t); err != nil {
+					return err
+				}
+			} else {
+				c, err := sessionAdminClient(v.GetString("proxy"))
+				if err != nil {
+					return err
+				}
+				if _, err := c.Unlock(cmd.Context(), t); err != nil {
+					return err
+				}
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "Unlocked %s.\n", t)
 			return nil
 		},
 	}
 	cmd.Flags().String("proxy", "", "proxy HOST:PORT (default: the last one logged in to)")
+	addLocalFlags(cmd)
 	return cmd
 }
 
@@ -114,13 +171,24 @@ func newLocksCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c, err := sessionAdminClient(v.GetString("proxy"))
-			if err != nil {
-				return err
-			}
-			list, err := c.Locks(cmd.Context())
-			if err != nil {
-				return err
+			var list []locks.Lock
+			if v.GetBool("local") {
+				ll, err := openLocalLocksFlags(cmd, v)
+				if err != nil {
+					return err
+				}
+				defer ll.close()
+				if list, err = ll.store.List(cmd.Context(), time.Now()); err != nil {
+					return err
+				}
+			} else {
+				c, err := sessionAdminClient(v.GetString("proxy"))
+				if err != nil {
+					return err
+				}
+				if list, err = c.Locks(cmd.Context()); err != nil {
+					return err
+				}
 			}
 			if v.GetBool("json") {
 				return json.NewEncoder(cmd.OutOrStdout()).Encode(list)
@@ -139,6 +207,7 @@ func newLocksCmd() *cobra.Command {
 		},
 	}
 	ls.Flags().Bool("json", false, "print JSON")
+	addLocalFlags(ls)
 	cmd.AddCommand(ls)
 	return cmd
 }

@@ -31,6 +31,8 @@ type proxyConfig struct {
 	ClusterLabels map[string]map[string]string
 	// GrantTTL bounds each grant, and so each stream (exec, watch, …).
 	GrantTTL time.Duration
+	// Limits bound the TLS port.
+	Limits proxy.Limits
 }
 
 func newProxyCmd() *cobra.Command {
@@ -47,7 +49,17 @@ proxy runs, by writing straight to the user store:
   limen users add alice --local --data-dir DIR --trait groups=admins
 
 The default policy lets users with the trait groups=admins run every admin
-command (data.limen.admin.allow).`,
+command (data.limen.admin.allow).
+
+The TLS port limits what a client gets before and without authenticating:
+--tls-handshake-timeout and --read-header-timeout bound a slow client,
+--max-conns-per-ip caps the connections of one address (worker tunnels
+included), --idle-timeout closes idle connections, and --read-timeout and
+--write-timeout bound every request but Kubernetes streams (watch, exec,
+attach, logs -f, port-forward), which last as long as their grant. Refusals
+of clients without a valid certificate are stored as one auth.denied per
+address and kind per --denied-audit-interval, with a count, so that a flood
+cannot fill the audit store.`,
 		Args: cobra.NoArgs,
 		RunE: runProxy,
 	}
@@ -64,6 +76,14 @@ command (data.limen.admin.allow).`,
 	f.StringSlice("clusters", nil, "cluster names offered to policy for limen kube ls")
 	f.Duration("grant-ttl", proxy.DefaultGrantTTL, "longest life of a grant: a stream (exec, port-forward, watch) ends when its grant expires; never past the user's certificate")
 	f.StringSlice("cluster-label", nil, "label the policy sees for a cluster, NAME:KEY=VALUE (repeatable; workers must agree)")
+	lim := proxy.DefaultLimits()
+	f.Duration("tls-handshake-timeout", lim.HandshakeTimeout, "longest TLS handshake, users and worker tunnels alike: the time a client has to authenticate")
+	f.Duration("read-header-timeout", lim.ReadHeaderTimeout, "longest time to send a request's head")
+	f.Duration("read-timeout", lim.ReadTimeout, "longest time to send a whole request, streams (watch, exec, logs -f, port-forward) excepted")
+	f.Duration("write-timeout", lim.WriteTimeout, "longest time to answer a request, streams (watch, exec, logs -f, port-forward) excepted")
+	f.Duration("idle-timeout", lim.IdleTimeout, "close a connection after this long with no request")
+	f.Int("max-conns-per-ip", lim.MaxConnsPerIP, "most open connections from one client address, worker tunnels included; more are closed at once (and logged, at most every 10s)")
+	f.Duration("denied-audit-interval", lim.DeniedInterval, "refusals of clients without a valid certificate are stored as one auth.denied per address and kind per interval, with a count")
 	addPolicyFlags(f)
 	addDebugFlags(f)
 	return cmd
@@ -80,6 +100,12 @@ func loadProxyConfig(cmd *cobra.Command) (proxyConfig, error) {
 		CACert: v.GetString("ca-cert"), CAKey: v.GetString("ca-key"), TLSCert: v.GetString("tls-cert"), TLSKey: v.GetString("tls-key"),
 		ServerNames: v.GetStringSlice("server-name"), Clusters: v.GetStringSlice("clusters"),
 		GrantTTL: v.GetDuration("grant-ttl"),
+		Limits: proxy.Limits{
+			HandshakeTimeout: v.GetDuration("tls-handshake-timeout"), ReadHeaderTimeout: v.GetDuration("read-header-timeout"),
+			ReadTimeout: v.GetDuration("read-timeout"), WriteTimeout: v.GetDuration("write-timeout"),
+			IdleTimeout: v.GetDuration("idle-timeout"), MaxConnsPerIP: v.GetInt("max-conns-per-ip"),
+			DeniedInterval: v.GetDuration("denied-audit-interval"),
+		},
 	}
 	if c.ClusterLabels, err = parseClusterLabels(v.GetStringSlice("cluster-label")); err != nil {
 		return c, err
@@ -102,6 +128,9 @@ func (c proxyConfig) validate() error {
 	}
 	if c.WorkerCertTTL < time.Hour {
 		return fmt.Errorf("worker-cert-ttl %s: must be at least 1h", c.WorkerCertTTL)
+	}
+	if err := validateLimits(c.Limits); err != nil {
+		return err
 	}
 	for _, n := range c.ServerNames {
 		if net.ParseIP(n) == nil && !validDNSName(n) {
@@ -154,8 +183,36 @@ func (c proxyConfig) gateway(popts policy.Options, log *slog.Logger) proxy.Confi
 		CA: ca.Options{CACertFile: c.CACert, CAKeyFile: c.CAKey, TLSCertFile: c.TLSCert, TLSKeyFile: c.TLSKey,
 			ServerNames: c.ServerNames, UserCertTTL: c.UserCertTTL, WorkerCertTTL: c.WorkerCertTTL},
 		Clusters: c.Clusters, ClusterLabels: c.ClusterLabels, GrantTTL: c.GrantTTL,
-		Policy: popts, Logger: log,
+		Limits: c.Limits, Policy: popts, Logger: log,
 	}
+}
+
+// validateLimits checks the port's limits, naming the key of any that is
+// out of range.
+func validateLimits(l proxy.Limits) error {
+	for _, d := range []struct {
+		key      string
+		v        time.Duration
+		min, max time.Duration
+	}{
+		{"tls-handshake-timeout", l.HandshakeTimeout, time.Second, 5 * time.Minute},
+		{"read-header-timeout", l.ReadHeaderTimeout, time.Second, 5 * time.Minute},
+		{"read-timeout", l.ReadTimeout, time.Second, time.Hour},
+		{"write-timeout", l.WriteTimeout, time.Second, time.Hour},
+		{"idle-timeout", l.IdleTimeout, time.Second, 24 * time.Hour},
+		{"denied-audit-interval", l.DeniedInterval, time.Second, 24 * time.Hour},
+	} {
+		if d.v < d.min || d.v > d.max {
+			return fmt.Errorf("%s %s: must be between %s and %s", d.key, d.v, d.min, d.max)
+		}
+	}
+	if l.ReadHeaderTimeout > l.ReadTimeout {
+		return fmt.Errorf("read-header-timeout %s: must not exceed read-timeout %s, which bounds the whole request", l.ReadHeaderTimeout, l.ReadTimeout)
+	}
+	if l.MaxConnsPerIP < 1 || l.MaxConnsPerIP > 1<<20 {
+		return fmt.Errorf("max-conns-per-ip %d: must be between 1 and %d", l.MaxConnsPerIP, 1<<20)
+	}
+	return nil
 }
 
 // parseClusterLabels reads NAME:KEY=VALUE settings into labels per cluster.

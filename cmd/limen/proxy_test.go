@@ -8,12 +8,17 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/limenhq/limen/gateway/proxy"
 )
 
 func TestProxyConfig(t *testing.T) {
 	dir := t.TempDir()
 	yaml := filepath.Join(dir, "limen.yaml")
 	os.WriteFile(yaml, []byte("data-dir: /from/yaml\nuser-cert-ttl: 2h\nlisten: 127.0.0.1:9000\n"), 0o600)
+	limitsYAML := filepath.Join(dir, "limits.yaml")
+	os.WriteFile(limitsYAML, []byte("data-dir: /from/yaml\ntls-handshake-timeout: 3s\nread-header-timeout: 4s\nread-timeout: 5m\n"+
+		"write-timeout: 1m\nidle-timeout: 90s\nmax-conns-per-ip: 2\n"), 0o600)
 	tests := []struct {
 		name  string
 		args  []string
@@ -55,6 +60,28 @@ func TestProxyConfig(t *testing.T) {
 		}},
 		{name: "env garbage", args: []string{"--data-dir", dir}, env: map[string]string{"LIMEN_USER_CERT_TTL": "forever"}, want: "user-cert-ttl"},
 		{name: "missing yaml", args: []string{"--config", filepath.Join(dir, "nope.yaml")}, want: "does not exist"},
+		{name: "port limit defaults", args: []string{"--data-dir", dir}, check: func(t *testing.T, c proxyConfig) {
+			if c.Limits != proxy.DefaultLimits() {
+				t.Errorf("limits %+v, want %+v", c.Limits, proxy.DefaultLimits())
+			}
+		}},
+		{name: "port limits from flag, env and yaml", args: []string{"--config", limitsYAML, "--write-timeout", "30s"},
+			env: map[string]string{"LIMEN_MAX_CONNS_PER_IP": "8", "LIMEN_DENIED_AUDIT_INTERVAL": "10s"}, check: func(t *testing.T, c proxyConfig) {
+				want := proxy.Limits{HandshakeTimeout: 3 * time.Second, ReadHeaderTimeout: 4 * time.Second, ReadTimeout: 5 * time.Minute,
+					WriteTimeout: 30 * time.Second, IdleTimeout: 90 * time.Second, MaxConnsPerIP: 8, DeniedInterval: 10 * time.Second}
+				if c.Limits != want {
+					t.Errorf("limits %+v, want %+v", c.Limits, want)
+				}
+			}},
+		{name: "handshake timeout 0", args: []string{"--data-dir", dir, "--tls-handshake-timeout", "0"}, want: "tls-handshake-timeout 0s: must be between 1s"},
+		{name: "header timeout huge", args: []string{"--data-dir", dir, "--read-header-timeout", "1h"}, want: "read-header-timeout 1h0m0s: must be between"},
+		{name: "header over read", args: []string{"--data-dir", dir, "--read-header-timeout", "20s", "--read-timeout", "10s"}, want: "read-header-timeout 20s: must not exceed read-timeout"},
+		{name: "read timeout", args: []string{"--data-dir", dir, "--read-timeout", "-1s"}, want: "read-timeout -1s"},
+		{name: "write timeout", args: []string{"--data-dir", dir, "--write-timeout", "10ms"}, want: "write-timeout 10ms"},
+		{name: "idle timeout", args: []string{"--data-dir", dir, "--idle-timeout", "0s"}, want: "idle-timeout 0s"},
+		{name: "conns per ip", args: []string{"--data-dir", dir, "--max-conns-per-ip", "0"}, want: "max-conns-per-ip 0: must be between 1"},
+		{name: "conns per ip env garbage", args: []string{"--data-dir", dir}, env: map[string]string{"LIMEN_MAX_CONNS_PER_IP": "many"}, want: "max-conns-per-ip"},
+		{name: "denied interval", args: []string{"--data-dir", dir, "--denied-audit-interval", "100ms"}, want: "denied-audit-interval 100ms"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -86,5 +113,27 @@ func TestProxyConfig(t *testing.T) {
 				tt.check(t, got)
 			}
 		})
+	}
+}
+
+// TestProxyHelpDocumentsLimits: each port limit is documented in limen
+// proxy --help with its default.
+func TestProxyHelpDocumentsLimits(t *testing.T) {
+	root := newRootCmd()
+	var out strings.Builder
+	root.SetOut(&out)
+	root.SetArgs([]string{"proxy", "--help"})
+	if err := root.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"--tls-handshake-timeout duration", "(default 10s)", "--read-header-timeout duration",
+		"--read-timeout duration", "--write-timeout duration", "(default 2m0s)", "--idle-timeout duration",
+		"--max-conns-per-ip int", "(default 256)", "--denied-audit-interval duration", "(default 1m0s)",
+		"streams (watch, exec, logs -f, port-forward) excepted",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("limen proxy --help does not mention %q", want)
+		}
 	}
 }

@@ -3,8 +3,8 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -12,7 +12,9 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/viper"
 
+	"github.com/limenhq/limen/gateway/audit"
 	"github.com/limenhq/limen/gateway/authapi"
+	"github.com/limenhq/limen/gateway/identity"
 	"github.com/limenhq/limen/gateway/users"
 )
 
@@ -24,9 +26,13 @@ func newUsersCmd() *cobra.Command {
 API with your certificate, and policy (data.limen.admin.allow) decides.
 
 With --local --data-dir DIR they open the user store on the proxy host
-directly, with no policy check: this is how the first administrator is made:
+directly, with no certificate and no policy check: this is how the first
+administrator is made:
 
-  limen users add alice --local --data-dir /var/lib/limen --trait groups=admins`,
+  limen users add alice --local --data-dir /var/lib/limen --trait groups=admins
+
+Changes made with --local are audited in the proxy's audit store like the
+admin API's, by the host's OS user with via=local.`,
 	}
 	pf := cmd.PersistentFlags()
 	pf.String("proxy", "", "proxy HOST:PORT (default: the last one logged in to)")
@@ -45,17 +51,47 @@ type userBackend interface {
 	close()
 }
 
-type localUsers struct{ s *users.Store }
+// localUsers changes the user store directly and audits each change.
+type localUsers struct {
+	s     *users.Store
+	audit *audit.Store
+	by    identity.Principal
+	// fields say the change came from the proxy host (localActor).
+	fields map[string]string
+}
 
 func (l localUsers) add(ctx context.Context, n, pw string, t map[string][]string) error {
-	return l.s.Add(ctx, n, pw, t)
+	return l.audited(ctx, audit.TypeUserAdd, n, l.s.Add(ctx, n, pw, t))
 }
-func (l localUsers) remove(ctx context.Context, n string) error { return l.s.Remove(ctx, n) }
+func (l localUsers) remove(ctx context.Context, n string) error {
+	return l.audited(ctx, audit.TypeUserRemove, n, l.s.Remove(ctx, n))
+}
 func (l localUsers) passwd(ctx context.Context, n, pw string) error {
-	return l.s.SetPassword(ctx, n, pw)
+	return l.audited(ctx, audit.TypeUserPasswd, n, l.s.SetPassword(ctx, n, pw))
 }
 func (l localUsers) list(ctx context.Context) ([]users.User, error) { return l.s.List(ctx) }
-func (l localUsers) close()                                         { l.s.Close() }
+func (l localUsers) close()                                         { l.s.Close(); l.audit.Close() }
+
+// audited records a change and its outcome, as the admin API does: a
+// change that failed is recorded with its error, and one that was made but
+// not recorded is reported as such.
+func (l localUsers) audited(ctx context.Context, typ audit.Type, name string, err error) error {
+	fields := map[string]string{"user": name}
+	for k, v := range l.fields {
+		fields[k] = v
+	}
+	if err != nil {
+		fields["error"] = err.Error()
+	}
+	aerr := l.audit.Emit(ctx, audit.Event{Type: typ, Time: time.Now(), Principal: l.by, Fields: fields})
+	switch {
+	case err != nil:
+		return err
+	case aerr != nil:
+		return fmt.Errorf("the change is made, but the audit trail did not record it: %w", aerr)
+	}
+	return nil
+}
 
 type remoteUsers struct{ c *authapi.Client }
 
@@ -75,15 +111,24 @@ func openUsers(cmd *cobra.Command) (userBackend, *viper.Viper, error) {
 		return nil, nil, err
 	}
 	if v.GetBool("local") {
-		dir := v.GetString("data-dir")
-		if dir == "" {
-			return nil, nil, errors.New("data-dir: required with --local; set --data-dir or LIMEN_DATA_DIR")
+		dir, err := localDataDir(v)
+		if err != nil {
+			return nil, nil, err
+		}
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, nil, fmt.Errorf("data-dir: %w", err)
 		}
 		s, err := users.Open(users.Path(dir), users.Options{})
 		if err != nil {
 			return nil, nil, err
 		}
-		return localUsers{s}, v, nil
+		as, err := openLocalAudit(cmd.Context(), dir)
+		if err != nil {
+			s.Close()
+			return nil, nil, err
+		}
+		by, fields := localActor()
+		return localUsers{s: s, audit: as, by: by, fields: fields}, v, nil
 	}
 	c, err := adminClient(v.GetString("proxy"))
 	if err != nil {

@@ -75,6 +75,9 @@ type env struct {
 	reg    *sessions.Registry
 	audit  *sink
 	killed chan sessions.Info
+	h      *adminapi.Handler
+	// pushed are the changes OnChange was given, as the workers get them.
+	pushed chan locks.Change
 }
 
 func setup(t *testing.T) *env {
@@ -89,19 +92,26 @@ func setup(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{ca: authority, store: store, set: locks.NewSet(), audit: &sink{}, killed: make(chan sessions.Info, 4)}
+	e := &env{ca: authority, store: store, set: locks.NewSet(), audit: &sink{}, killed: make(chan sessions.Info, 4), pushed: make(chan locks.Change, 16)}
 	e.reg = sessions.New(sessions.Config{Locks: e.set, Logger: quiet})
 	t.Cleanup(func() { e.reg.Close(); store.Close() })
 	h, err := adminapi.New(adminapi.Config{
 		LockStore: store, Locks: e.set, Sessions: e.reg, Admin: policy{}, Principal: authority.PrincipalFromRequest, Audit: e.audit,
-		Now:      func() time.Time { return time.Now().Add(time.Duration(e.skew.Load())) },
-		OnChange: func(_ context.Context, c locks.Change) { e.set.Apply(c) },
-		OnKill:   func(_ context.Context, i sessions.Info, _ identity.Principal) { e.killed <- i },
-		Logger:   quiet,
+		Now: func() time.Time { return time.Now().Add(time.Duration(e.skew.Load())) },
+		OnChange: func(_ context.Context, c locks.Change) {
+			e.set.Apply(c)
+			select {
+			case e.pushed <- c:
+			default:
+			}
+		},
+		OnKill: func(_ context.Context, i sessions.Info, _ identity.Principal) { e.killed <- i },
+		Logger: quiet,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
+	e.h = h
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusTeapot) })
 	h.Register(mux)
@@ -263,7 +273,7 @@ func TestLockedAdminCannotUnlockThemself(t *testing.T) {
 		t.Fatal("a locked admin locked someone")
 	}
 	ev, ok := e.audit.last(audit.TypeAuthDenied)
-	if !ok || ev.Principal.Name != "root-admin" || ev.Denied.Hop != audit.HopProxy || !strings.Contains(ev.Denied.Reason, "locked") {
+	if !ok || ev.Principal.Name != "root-admin" || ev.Denied.Hop != audit.HopProxy || ev.Denied.Action != audit.ActionAdmin || !strings.Contains(ev.Denied.Reason, "locked") {
 		t.Fatalf("refusal of a locked admin not audited: %+v", ev)
 	}
 	if _, err := oc.Unlock(ctx, locks.TargetOf(admin)); err != nil {
@@ -421,4 +431,78 @@ func FuzzParseLockRequest(f *testing.F) {
 			t.Fatalf("accepted invalid lock %+v", l)
 		}
 	})
+}
+
+// TestLocalUnlockAndSync: the break-glass (Local) changes the lock store
+// with no certificate, audited by the host's user with via=local; the
+// proxy's SyncLocks puts the change in force and pushes it to the workers.
+// With the audit trail down, a local unlock is undone.
+func TestLocalUnlockAndSync(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	other := identity.Principal{Kind: identity.KindUser, Name: "other-admin", Traits: admin.Traits}
+	if _, err := e.client(t, &other).Lock(ctx, adminapi.LockRequest{Target: locks.TargetOf(admin), Reason: "stolen laptop"}); err != nil {
+		t.Fatal(err)
+	}
+	<-e.pushed
+	host := identity.Principal{Kind: identity.KindUser, Name: "root"}
+	local := adminapi.Local{Store: e.store, Audit: e.audit, By: host, Fields: map[string]string{"host": "proxy-1"}}
+
+	e.audit.setBroken(true)
+	if _, err := local.Unlock(ctx, locks.TargetOf(admin)); err == nil || !strings.Contains(err.Error(), "stays in force") {
+		t.Fatalf("local unlock with the audit trail down: %v", err)
+	}
+	if l, _ := e.store.List(ctx, time.Now()); len(l) != 1 {
+		t.Fatalf("an unaudited local unlock took effect in the store: %+v", l)
+	}
+	e.audit.setBroken(false)
+
+	l, err := local.Unlock(ctx, locks.TargetOf(admin))
+	if err != nil || l.Reason != "stolen laptop" {
+		t.Fatalf("local unlock: %+v, %v", l, err)
+	}
+	if _, ok := e.set.Locked(admin, time.Now()); !ok {
+		t.Fatal("the set changed before the proxy synced with its store")
+	}
+	if err := e.h.SyncLocks(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := e.set.Locked(admin, time.Now()); ok {
+		t.Fatal("still locked after SyncLocks")
+	}
+	if c := <-e.pushed; c.Op != locks.OpRemove || c.Lock.Target != locks.TargetOf(admin) {
+		t.Fatalf("pushed %+v, want the removal", c)
+	}
+	ev, ok := e.audit.last(audit.TypeUserUnlock)
+	if !ok || ev.Principal.String() != "user:root" || ev.Fields["via"] != "local" || ev.Fields["host"] != "proxy-1" || ev.Fields["target"] != "user:root-admin" {
+		t.Fatalf("user.unlock event %+v", ev)
+	}
+
+	// A local lock, synced the same way, names where it came from.
+	if _, err := local.Lock(ctx, adminapi.LockRequest{Target: locks.TargetOf(alice), Reason: "incident 9"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.h.SyncLocks(ctx); err != nil {
+		t.Fatal(err)
+	}
+	err = e.set.Check(alice, time.Now())
+	if err == nil || !strings.Contains(err.Error(), "locked by local:root: incident 9") {
+		t.Fatalf("alice after a local lock: %v", err)
+	}
+	if err := e.h.SyncLocks(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case c := <-e.pushed:
+		if c.Op != locks.OpSet || c.Lock.Target != locks.TargetOf(alice) {
+			t.Fatalf("pushed %+v, want alice's lock", c)
+		}
+	default:
+		t.Fatal("the local lock was not pushed")
+	}
+	select {
+	case c := <-e.pushed:
+		t.Fatalf("a sync with nothing new pushed %+v", c)
+	default:
+	}
 }

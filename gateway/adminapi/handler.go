@@ -11,6 +11,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/limenhq/limen/gateway/audit"
@@ -72,6 +73,9 @@ type Config struct {
 type Handler struct {
 	cfg Config
 	api *apihttp.API
+	// mu makes each lock change (store, audit, and undo on audit failure)
+	// one step for SyncLocks.
+	mu sync.Mutex
 }
 
 // New checks cfg and builds the handler.

@@ -2,6 +2,7 @@ package adminapi
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -70,17 +71,18 @@ func (h *Handler) lock(w http.ResponseWriter, r *http.Request, p identity.Princi
 		apihttp.WriteError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	if err := h.cfg.LockStore.Add(r.Context(), l); err != nil {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	err = h.changer(r).set(r.Context(), l, p)
+	switch {
+	case errors.Is(err, errStore):
 		h.api.Logger.Error("store lock", "target", l.Target.String(), "err", err)
 		apihttp.WriteError(w, http.StatusServiceUnavailable, "lock store unavailable; the lock is NOT in force: try again")
-		return
+	case err != nil:
+		apihttp.WriteError(w, http.StatusServiceUnavailable, err.Error())
+	default:
+		apihttp.WriteJSON(w, http.StatusCreated, l)
 	}
-	h.changed(r, locks.Change{Op: locks.OpSet, Lock: l})
-	if err := h.api.Emit(r, lockEvent(audit.TypeUserLock, p, l)); err != nil {
-		apihttp.WriteError(w, http.StatusServiceUnavailable, "the lock is in force, but the audit trail did not record it: "+err.Error())
-		return
-	}
-	apihttp.WriteJSON(w, http.StatusCreated, l)
 }
 
 // unlock removes the lock, and puts it back if the removal cannot be
@@ -91,33 +93,33 @@ func (h *Handler) unlock(w http.ResponseWriter, r *http.Request, p identity.Prin
 		apihttp.WriteError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	l, err := h.cfg.LockStore.Remove(r.Context(), t, h.api.Now())
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	l, err := h.changer(r).remove(r.Context(), t, p, h.api.Now())
 	switch {
 	case errors.Is(err, locks.ErrNotFound):
 		apihttp.WriteError(w, http.StatusNotFound, fmt.Sprintf("%s is not locked", t))
-		return
-	case err != nil:
+	case errors.Is(err, errStore):
 		h.api.Logger.Error("remove lock", "target", t.String(), "err", err)
 		apihttp.WriteError(w, http.StatusServiceUnavailable, "lock store unavailable; the lock stays in force: try again")
-		return
+	case err != nil:
+		h.api.Logger.Error("unlock not audited", "target", t.String(), "err", err)
+		apihttp.WriteError(w, http.StatusServiceUnavailable, err.Error())
+	default:
+		apihttp.WriteJSON(w, http.StatusOK, l)
 	}
-	if err := h.api.Emit(r, lockEvent(audit.TypeUserUnlock, p, l)); err != nil {
-		if rerr := h.cfg.LockStore.Add(r.Context(), l); rerr != nil {
-			h.api.Logger.Error("restore lock after failed audit", "target", t.String(), "err", rerr)
-			h.changed(r, locks.Change{Op: locks.OpRemove, Lock: l})
-			apihttp.WriteError(w, http.StatusServiceUnavailable, "audit trail and lock store unavailable: the lock was removed but NOT audited: "+err.Error())
-			return
-		}
-		apihttp.WriteError(w, http.StatusServiceUnavailable, "audit trail unavailable; the lock stays in force: "+err.Error())
-		return
-	}
-	h.changed(r, locks.Change{Op: locks.OpRemove, Lock: l})
-	apihttp.WriteJSON(w, http.StatusOK, l)
 }
 
-func (h *Handler) changed(r *http.Request, c locks.Change) {
+// changer makes lock changes for the caller of r: audited by them, put in
+// force in Locks and pushed to the workers through OnChange.
+func (h *Handler) changer(r *http.Request) changer {
+	return changer{store: h.cfg.LockStore, applied: h.changedCtx,
+		emit: func(e audit.Event) error { return h.api.Emit(r, e) }}
+}
+
+func (h *Handler) changedCtx(ctx context.Context, c locks.Change) {
 	if h.cfg.OnChange != nil {
-		h.cfg.OnChange(r.Context(), c)
+		h.cfg.OnChange(ctx, c)
 	}
 }
 

@@ -84,9 +84,33 @@ type KubeRequest struct {
 // Denied is the body of an auth.denied event.
 type Denied struct {
 	// Hop is HopProxy or HopWorker.
-	Hop    string `json:"hop"`
+	Hop string `json:"hop"`
+	// Action is what was refused: one of the Action… values.
+	Action string `json:"action"`
 	Reason string `json:"reason"`
 	Path   string `json:"path,omitempty"`
+	// Count is how many refusals the event stands for when refusals of
+	// unauthenticated clients were aggregated (Aggregator); 0 means one.
+	Count int `json:"count,omitempty"`
+}
+
+// What an auth.denied refused (Denied.Action), so that search can tell a
+// refused kubectl request from a refused admin call.
+const (
+	// ActionKube: a request to a cluster (/k8s/), at either hop.
+	ActionKube = "kube"
+	// ActionAdmin: an admin call (/v1/admin/…), or another call that needs
+	// a certificate (whoami, clusters).
+	ActionAdmin = "admin"
+	// ActionLogin: a login (/v1/login).
+	ActionLogin = "login"
+	// ActionEnroll: a worker enrollment with a join token (/v1/enroll).
+	ActionEnroll = "enroll"
+)
+
+// ValidAction reports whether a is one of the Action… values.
+func ValidAction(a string) bool {
+	return a == ActionKube || a == ActionAdmin || a == ActionLogin || a == ActionEnroll
 }
 
 // Session is the body of session.start and session.end events.
@@ -246,8 +270,12 @@ func (d *Denied) validate() error {
 		return errors.New("denied body missing")
 	case d.Hop != HopProxy && d.Hop != HopWorker:
 		return fmt.Errorf("hop %q, want %q or %q", clip(d.Hop), HopProxy, HopWorker)
+	case !ValidAction(d.Action):
+		return fmt.Errorf("action %q, want %s, %s, %s or %s", clip(d.Action), ActionKube, ActionAdmin, ActionLogin, ActionEnroll)
 	case d.Reason == "":
 		return errors.New("reason is required")
+	case d.Count < 0:
+		return fmt.Errorf("count %d is negative", d.Count)
 	}
 	// Path is not checked: a refused request's path may be anything,
 	// including the non-canonical spelling that caused the refusal.

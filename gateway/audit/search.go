@@ -16,6 +16,8 @@ type Query struct {
 	Cluster string
 	Verb    string
 	Type    Type
+	// Action keeps auth.denied events that refused this (ActionKube, …).
+	Action string
 	// Since keeps events at or after this time; zero keeps all.
 	Since time.Time
 	// Limit keeps the newest Limit events; 0 means 1000.
@@ -38,6 +40,10 @@ func (s *Store) Search(ctx context.Context, q Query) ([]Event, error) {
 	}
 	if q.Type != "" {
 		add("type = ?", string(q.Type))
+	}
+	if q.Action != "" {
+		// No column of its own: a refusal's action is read from its body.
+		add("type = ? AND json_extract(data, '$.denied.action') = ?", string(TypeAuthDenied), q.Action)
 	}
 	if !q.Since.IsZero() {
 		add("time_ns >= ?", q.Since.UnixNano())

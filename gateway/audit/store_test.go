@@ -8,9 +8,12 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/limenhq/limen/gateway/identity"
 )
 
 func TestEmitSearch(t *testing.T) {
+	admin := identity.Principal{Kind: identity.KindUser, Name: "root"}
 	s, _ := openTemp(t, Options{})
 	ctx := context.Background()
 	events := []Event{
@@ -18,7 +21,10 @@ func TestEmitSearch(t *testing.T) {
 		kubeEvent("alice", "prod", "list", t0.Add(time.Minute)),
 		kubeEvent("bob", "prod", "get", t0.Add(2*time.Minute)),
 		kubeEvent("alice", "dev", "get", t0.Add(3*time.Minute)),
-		{Type: TypeAuthDenied, Time: t0.Add(4 * time.Minute), Cluster: "prod", Denied: &Denied{Hop: HopWorker, Reason: "grant expired"}},
+		{Type: TypeAuthDenied, Time: t0.Add(4 * time.Minute), Cluster: "prod", Denied: &Denied{Hop: HopWorker, Action: ActionKube, Reason: "grant expired"}},
+		{Type: TypeAuthDenied, Time: t0.Add(5 * time.Minute), Principal: admin, Denied: &Denied{Hop: HopProxy, Action: ActionAdmin, Reason: "locked"}},
+		// An admin event whose fields happen to say "action": not a refusal.
+		{Type: TypeUserLock, Time: t0.Add(6 * time.Minute), Principal: admin, Fields: map[string]string{"action": ActionAdmin}},
 	}
 	for _, e := range events {
 		if err := s.Emit(ctx, e); err != nil {
@@ -30,14 +36,18 @@ func TestEmitSearch(t *testing.T) {
 		q     Query
 		wantN []int // indexes into events, oldest first
 	}{
-		{"all", Query{}, []int{0, 1, 2, 3, 4}},
+		{"all", Query{}, []int{0, 1, 2, 3, 4, 5, 6}},
 		{"user", Query{User: "alice"}, []int{0, 1, 3}},
 		{"kind:user", Query{User: "user:bob"}, []int{2}},
 		{"cluster", Query{Cluster: "prod"}, []int{0, 1, 2, 4}},
 		{"verb", Query{Verb: "get", Cluster: "prod"}, []int{0, 2}},
-		{"since", Query{Since: t0.Add(2 * time.Minute)}, []int{2, 3, 4}},
-		{"type", Query{Type: TypeAuthDenied}, []int{4}},
-		{"limit keeps newest", Query{Limit: 2}, []int{3, 4}},
+		{"since", Query{Since: t0.Add(2 * time.Minute)}, []int{2, 3, 4, 5, 6}},
+		{"type", Query{Type: TypeAuthDenied}, []int{4, 5}},
+		{"action kube", Query{Action: ActionKube}, []int{4}},
+		{"action admin", Query{Action: ActionAdmin}, []int{5}},
+		{"action and user", Query{Action: ActionAdmin, User: "alice"}, nil},
+		{"action login", Query{Action: ActionLogin}, nil},
+		{"limit keeps newest", Query{Limit: 2}, []int{5, 6}},
 		{"no match", Query{User: "carol"}, nil},
 	}
 	for _, tt := range tests {

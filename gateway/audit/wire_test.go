@@ -95,7 +95,7 @@ func FuzzReadEvent(f *testing.F) {
 	var buf bytes.Buffer
 	_ = WriteEvent(&buf, kubeEvent("alice", "prod", "get", t0))
 	f.Add(buf.Bytes())
-	f.Add(frame([]byte(`{"type":"auth.denied","time":"2026-11-01T12:00:00Z","principal":{"kind":"","name":""},"denied":{"hop":"proxy","reason":"x"}}`)))
+	f.Add(frame([]byte(`{"type":"auth.denied","time":"2026-11-01T12:00:00Z","principal":{"kind":"","name":""},"denied":{"hop":"proxy","action":"kube","reason":"x"}}`)))
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff})
 	f.Fuzz(func(t *testing.T, in []byte) {
 		r := bytes.NewReader(in)

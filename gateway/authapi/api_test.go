@@ -344,14 +344,14 @@ func TestRefusalsAreStoredAsDenied(t *testing.T) {
 	}
 
 	type want struct {
-		who, reason, path, field, value, cluster string
+		who, action, reason, path, field, value, cluster string
 	}
 	wants := []want{
-		{"", "login: bad credentials", authapi.PathLogin, "user", "alice", ""},
-		{"", "login: bad credentials", authapi.PathLogin, "user", "(invalid name)", ""},
-		{"user:alice", "admin action tokens.create not allowed", authapi.PathTokens, "", "", ""},
-		{"", "join token: join token was used already", authapi.PathEnroll, "token_id", tr.Info.ID, "prod"},
-		{"", "join token: join token has expired", authapi.PathEnroll, "token_id", short.Info.ID, "prod"},
+		{"", audit.ActionLogin, "login: bad credentials", authapi.PathLogin, "user", "alice", ""},
+		{"", audit.ActionLogin, "login: bad credentials", authapi.PathLogin, "user", "(invalid name)", ""},
+		{"user:alice", audit.ActionAdmin, "admin action tokens.create not allowed", authapi.PathTokens, "", "", ""},
+		{"", audit.ActionEnroll, "join token: join token was used already", authapi.PathEnroll, "token_id", tr.Info.ID, "prod"},
+		{"", audit.ActionEnroll, "join token: join token has expired", authapi.PathEnroll, "token_id", short.Info.ID, "prod"},
 	}
 	got := e.deniedEvents(t)
 	if len(got) != len(wants) {
@@ -363,7 +363,7 @@ func TestRefusalsAreStoredAsDenied(t *testing.T) {
 		if ev.Principal.Name != "" {
 			who = ev.Principal.String()
 		}
-		if ev.Validate() != nil || ev.Denied.Hop != audit.HopProxy || !strings.HasPrefix(ev.Denied.Reason, w.reason) ||
+		if ev.Validate() != nil || ev.Denied.Hop != audit.HopProxy || ev.Denied.Action != w.action || !strings.HasPrefix(ev.Denied.Reason, w.reason) ||
 			ev.Denied.Path != w.path || who != w.who || ev.Fields[w.field] != w.value || ev.Cluster != w.cluster ||
 			ev.ClientAddr != "127.0.0.1" {
 			t.Errorf("event %d: %+v denied %+v; want %+v", i, ev, ev.Denied, w)
@@ -381,19 +381,24 @@ func TestRefusalsAreStoredAsDenied(t *testing.T) {
 	}
 }
 
-// TestAdminChecksLocksAndExpiry: admin calls refuse a locked admin and a
+// TestAdminChecksLocksAndExpiry: every call that needs a certificate —
+// admin calls, and whoami and clusters too — refuses a locked caller and a
 // certificate that expired on a connection opened while it was valid, as
-// /k8s/ does, and audit both.
+// /k8s/ does, and audits each refusal as auth.denied with action admin.
 func TestAdminChecksLocksAndExpiry(t *testing.T) {
 	e := setup(t)
 	ctx := context.Background()
 	ac, admin := e.client(t, "root-admin", "admin-password")
+	uc, alice := e.client(t, "alice", "alice-password")
 	if _, err := ac.ListUsers(ctx); err != nil {
 		t.Fatal(err)
 	}
 	now := time.Unix(e.now.Load(), 0)
-	lock := locks.Lock{Target: locks.TargetOf(admin.Principal), Reason: "incident 7", CreatedBy: "user:other", CreatedAt: now}
-	e.locks.Apply(locks.Change{Op: locks.OpSet, Lock: lock})
+	lock := func(p identity.Principal) locks.Lock {
+		return locks.Lock{Target: locks.TargetOf(p), Reason: "incident 7", CreatedBy: "user:other", CreatedAt: now}
+	}
+	e.locks.Apply(locks.Change{Op: locks.OpSet, Lock: lock(admin.Principal)})
+	e.locks.Apply(locks.Change{Op: locks.OpSet, Lock: lock(alice.Principal)})
 	_, err := ac.ListUsers(ctx)
 	if !isStatus(err, 403) || !strings.Contains(err.Error(), "locked by user:other: incident 7") {
 		t.Fatalf("locked admin lists users: %v", err)
@@ -404,9 +409,19 @@ func TestAdminChecksLocksAndExpiry(t *testing.T) {
 	if _, err := e.users.Authenticate(ctx, "mallory", "mallory-pw", "test"); err == nil {
 		t.Fatal("a locked admin's change took effect")
 	}
-	e.locks.Apply(locks.Change{Op: locks.OpRemove, Lock: lock})
+	if _, err := uc.WhoAmI(ctx); !isStatus(err, 403) {
+		t.Fatalf("locked user asks whoami: %v", err)
+	}
+	if _, err := uc.Clusters(ctx); !isStatus(err, 403) {
+		t.Fatalf("locked user lists clusters: %v", err)
+	}
+	e.locks.Apply(locks.Change{Op: locks.OpRemove, Lock: lock(admin.Principal)})
+	e.locks.Apply(locks.Change{Op: locks.OpRemove, Lock: lock(alice.Principal)})
 	if _, err := ac.ListUsers(ctx); err != nil {
 		t.Fatalf("after unlock: %v", err)
+	}
+	if _, err := uc.WhoAmI(ctx); err != nil {
+		t.Fatalf("whoami after unlock: %v", err)
 	}
 
 	e.now.Store(admin.Cert.NotAfter.Add(time.Second).Unix())
@@ -417,13 +432,29 @@ func TestAdminChecksLocksAndExpiry(t *testing.T) {
 		t.Fatalf("expired certificate asks whoami: %v", err)
 	}
 
-	var reasons []string
+	var got []string
 	for _, ev := range e.deniedEvents(t) {
-		reasons = append(reasons, ev.Denied.Reason)
+		got = append(got, ev.Principal.Name+"|"+ev.Denied.Action+"|"+ev.Denied.Reason)
 	}
-	if len(reasons) != 3 || !strings.Contains(reasons[0], "users.list: locked") || !strings.Contains(reasons[1], "users.add: locked") ||
-		!strings.Contains(reasons[2], "users.list: client certificate expired") {
-		t.Fatalf("auth.denied reasons: %q", reasons)
+	want := []string{
+		"root-admin|admin|admin action users.list: locked: user root-admin is locked by user:other: incident 7",
+		"root-admin|admin|admin action users.add: locked: ",
+		"alice|admin|GET /v1/whoami: locked: user alice is locked",
+		"alice|admin|GET /v1/clusters: locked: ",
+		// An expired certificate authenticates nobody; the reason names it.
+		"|admin|admin action users.list: client certificate expired at ",
+		"|admin|GET /v1/whoami: client certificate expired at ",
+	}
+	if len(got) != len(want) {
+		t.Fatalf("auth.denied events:\n%s\nwant %d", strings.Join(got, "\n"), len(want))
+	}
+	for i := range want {
+		if !strings.HasPrefix(got[i], want[i]) {
+			t.Errorf("event %d: %q, want %q…", i, got[i], want[i])
+		}
+	}
+	if !strings.Contains(got[5], "(user:root-admin): run limen login") {
+		t.Errorf("expired certificate refusal %q does not name its holder", got[5])
 	}
 }
 

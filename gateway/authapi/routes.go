@@ -34,12 +34,12 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 	u, err := h.cfg.Users.Authenticate(r.Context(), req.User, req.Password, h.api.ClientAddr(r))
 	switch {
 	case errors.Is(err, users.ErrRateLimited):
-		h.api.Deny(r, identity.Principal{}, "login: rate limited", map[string]string{"user": claimedUser(req.User)})
+		h.api.Deny(r, identity.Principal{}, audit.ActionLogin, "login: rate limited", map[string]string{"user": claimedUser(req.User)})
 		w.Header().Set("Retry-After", strconv.Itoa(60))
 		apihttp.WriteError(w, http.StatusTooManyRequests, err.Error())
 		return
 	case errors.Is(err, users.ErrBadCredentials):
-		h.api.Deny(r, identity.Principal{}, "login: bad credentials", map[string]string{"user": claimedUser(req.User)})
+		h.api.Deny(r, identity.Principal{}, audit.ActionLogin, "login: bad credentials", map[string]string{"user": claimedUser(req.User)})
 		apihttp.WriteError(w, http.StatusUnauthorized, err.Error())
 		return
 	case err != nil:

@@ -154,7 +154,7 @@ func (s *TokenStore) Redeem(ctx context.Context, tok Token, cluster, addr string
 		// A store failure is no refusal and is the caller's to report.
 		if IsRefusal(err) {
 			_ = s.audit.Emit(ctx, audit.Event{Type: audit.TypeAuthDenied, Time: s.now(), Cluster: cluster, ClientAddr: addr,
-				Denied: &audit.Denied{Hop: audit.HopProxy, Reason: "join token: " + err.Error(), Path: Path},
+				Denied: &audit.Denied{Hop: audit.HopProxy, Action: audit.ActionEnroll, Reason: "join token: " + err.Error(), Path: Path},
 				Fields: map[string]string{"token_id": tok.ID()}})
 		}
 	}

@@ -186,14 +186,17 @@ func (k *Kube) sign(r *http.Request, p identity.Principal, dec policy.Decision, 
 // (sessions.Classify) is listed as a session; every other response is only
 // guarded.
 func (k *Kube) track(r *http.Request, path kpath.Path, s sessions.Session) (context.Context, *sessions.Live, error) {
-	if k.Sessions == nil {
-		return r.Context(), nil, nil
-	}
 	// A request the classifier cannot read is guarded only; the worker
 	// answers it 400.
 	if info, err := reqinfo.Classify(r, path); err == nil {
 		st := sessions.Classify(r, info)
 		s.Kind, s.Target = st.Kind, st.Target
+	}
+	if s.Kind != sessions.KindNone {
+		liftDeadlines(r) // a stream lasts as long as its grant (port.go)
+	}
+	if k.Sessions == nil {
+		return r.Context(), nil, nil
 	}
 	live, err := k.Sessions.Track(r.Context(), s)
 	if err != nil {
@@ -218,7 +221,7 @@ func (k *Kube) untrack(r *http.Request, live *sessions.Live) {
 func (k *Kube) denied(r *http.Request, p identity.Principal, cluster, reason string) {
 	ev := audit.Event{
 		Type: audit.TypeAuthDenied, Time: k.Now(), Principal: p, Cluster: cluster, ClientAddr: r.RemoteAddr,
-		Denied: &audit.Denied{Hop: audit.HopProxy, Reason: reason, Path: audit.RequestPath(r.RequestURI)},
+		Denied: &audit.Denied{Hop: audit.HopProxy, Action: audit.ActionKube, Reason: reason, Path: audit.RequestPath(r.RequestURI)},
 	}
 	if err := k.Audit.Emit(r.Context(), ev); err != nil {
 		k.Logger.Error("audit auth.denied", "err", err, "reason", reason)

@@ -206,7 +206,7 @@ func TestProxyRefusals(t *testing.T) {
 				}
 				return
 			}
-			if len(denied) != 1 || denied[0].Denied.Hop != audit.HopProxy || !strings.HasPrefix(denied[0].Denied.Reason, tt.reason) {
+			if len(denied) != 1 || denied[0].Denied.Hop != audit.HopProxy || denied[0].Denied.Action != audit.ActionKube || !strings.HasPrefix(denied[0].Denied.Reason, tt.reason) {
 				t.Fatalf("auth.denied %+v, want the proxy's with %q", denied, tt.reason)
 			}
 		})

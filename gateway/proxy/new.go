@@ -44,7 +44,19 @@ type Config struct {
 	// Policy is where the policy comes from (the embedded default when
 	// empty).
 	Policy policy.Options
+	// Limits bound the TLS port; zero fields take DefaultLimits'.
+	Limits Limits
+	// Now is the clock of the caller checks (certificate expiry, locks,
+	// grants); nil means time.Now. For tests.
+	Now    func() time.Time
 	Logger *slog.Logger
+}
+
+func (c Config) now() func() time.Time {
+	if c.Now != nil {
+		return c.Now
+	}
+	return time.Now
 }
 
 // Server is the assembled proxy: its CA and stores, the policy, the worker
@@ -57,6 +69,9 @@ type Server struct {
 	Policy *policy.Engine
 	Tunnel *tunnel.Server
 	Audit  *audit.Store
+	// Denials is Audit behind the aggregation of unauthenticated clients'
+	// refusals (audit.Aggregator); every route audits through it.
+	Denials *audit.Aggregator
 	// Mux serves every route but /k8s/ (Kube); a caller may add routes
 	// before Serve.
 	Mux  *http.ServeMux
@@ -70,6 +85,8 @@ type Server struct {
 
 	recordings *recstore.Store
 	control    *workerRouter
+	admin      *adminapi.Handler
+	limits     Limits
 	log        *slog.Logger
 }
 
@@ -112,10 +129,13 @@ func New(ctx context.Context, c Config) (_ *Server, err error) {
 	if s.Audit, err = audit.Open(ctx, audit.Path(c.DataDir), audit.Options{Logger: log}); err != nil {
 		return nil, fmt.Errorf("audit store: %w", err)
 	}
+	s.limits = c.Limits.orDefault()
+	s.Denials = audit.NewAggregator(s.Audit, audit.AggregatorOptions{Interval: s.limits.DeniedInterval,
+		Logger: log.With("component", "audit")})
 	if s.Users, err = users.Open(users.Path(c.DataDir), users.Options{}); err != nil {
 		return nil, err
 	}
-	if s.Tokens, err = enroll.OpenTokenStore(enroll.TokenStorePath(c.DataDir), enroll.TokenStoreOptions{Audit: s.Audit}); err != nil {
+	if s.Tokens, err = enroll.OpenTokenStore(enroll.TokenStorePath(c.DataDir), enroll.TokenStoreOptions{Audit: s.Denials}); err != nil {
 		return nil, err
 	}
 	if s.recordings, err = recstore.Open(recstore.Path(c.DataDir)); err != nil {
@@ -163,14 +183,14 @@ func (s *Server) newKube(c Config) *Kube {
 		},
 		Policy:   s.Policy,
 		Tunnel:   s.Tunnel,
-		Audit:    s.Audit,
+		Audit:    s.Denials,
 		GrantKey: s.CA.GrantSigningKey(),
 		Locks:    s.LockSet,
 		Sessions: s.Sessions,
 		Clusters: func(name string) policy.Cluster { return policy.Cluster{Name: name, Labels: c.ClusterLabels[name]} },
 		GrantTTL: c.GrantTTL,
 		Logger:   s.log.With("component", "kube"),
-		Now:      time.Now,
+		Now:      c.now(),
 	}
 }
 
@@ -179,14 +199,14 @@ func (s *Server) newKube(c Config) *Kube {
 func (s *Server) mountAPIs(c Config) error {
 	api, err := authapi.New(authapi.Config{CA: s.CA, Users: s.Users, Tokens: s.Tokens, Admin: s.Policy,
 		Clusters: configuredClusters{engine: s.Policy, names: c.Clusters, labels: c.ClusterLabels}, Workers: s.Tunnel,
-		Audit: s.Audit, Locks: s.LockSet, Logger: s.log})
+		Audit: s.Denials, Locks: s.LockSet, Now: c.Now, Logger: s.log})
 	if err != nil {
 		return err
 	}
 	s.Mux.Handle("/v1/", api)
 	admin, err := adminapi.New(adminapi.Config{
 		LockStore: s.Locks, Locks: s.LockSet, Sessions: s.Sessions, Admin: s.Policy, Principal: s.CA.PrincipalFromRequest,
-		Audit: s.Audit, Logger: s.log.With("component", "admin"),
+		Audit: s.Denials, Now: c.Now, Logger: s.log.With("component", "admin"),
 		OnChange: func(ctx context.Context, ch locks.Change) {
 			s.LockSet.Apply(ch)
 			s.push(ctx, "", func() (tunnel.Message, error) { return locks.ChangeMessage(ch) })
@@ -199,7 +219,26 @@ func (s *Server) mountAPIs(c Config) error {
 		return err
 	}
 	admin.Register(s.Mux)
+	s.admin = admin
 	return nil
+}
+
+// syncLocks picks up, every adminapi.LockSyncInterval, the lock changes
+// made to the store outside the admin API — the break-glass `limen unlock
+// --local` on this host — and pushes them to the workers.
+func (s *Server) syncLocks(ctx context.Context) {
+	t := time.NewTicker(adminapi.LockSyncInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := s.admin.SyncLocks(ctx); err != nil && ctx.Err() == nil {
+				s.log.Error("lock store unreadable; locks in force unchanged", "err", err)
+			}
+		}
+	}
 }
 
 // Serve runs the policy poller and the one TLS port — worker tunnels,
@@ -210,7 +249,8 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	wg.Go(func() { _ = s.Policy.Run(ctx) })
-	p := &port{TLS: s.CA.ServerTLSConfig(), Kube: s.Kube, Handler: s.Mux, Tunnel: s.Tunnel,
+	wg.Go(func() { s.syncLocks(ctx) })
+	p := &port{TLS: s.CA.ServerTLSConfig(), Kube: s.Kube, Handler: s.Mux, Tunnel: s.Tunnel, Limits: s.limits,
 		WorkerCluster: s.CA.ClusterFromChains, Logger: s.log}
 	return p.Serve(ctx, ln)
 }
@@ -228,6 +268,9 @@ func (s *Server) Close() {
 	}
 	if s.Locks != nil {
 		s.Locks.Close()
+	}
+	if s.Denials != nil {
+		s.Denials.Close() // stores the refusals it still counts
 	}
 	if s.Audit != nil {
 		s.Audit.Close()

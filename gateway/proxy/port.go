@@ -1,9 +1,11 @@
 package proxy
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"log/slog"
 	"net"
 	"net/http"
@@ -19,6 +21,11 @@ import (
 // limen-tunnel/1 is a worker's tunnel, h2 and http/1.1 reach every HTTP
 // route, and a connection without ALPN (kubectl's WebSocket upgrades) is
 // HTTP/1.1 limited to /k8s/ and /console/.
+//
+// The port's limits (Limits) bound what a client gets before and without
+// authenticating: connections per address, the time to finish the TLS
+// handshake and to send a request head, idle connections, and read and
+// write deadlines on every request that is not a stream.
 type port struct {
 	// TLS carries the serving certificate and the client CAs; port adds the
 	// tunnel's ALPN.
@@ -34,21 +41,80 @@ type port struct {
 	// WorkerCluster returns the cluster a verified worker certificate is
 	// bound to, or an error when the chain is not a worker's.
 	WorkerCluster func(chains [][]*x509.Certificate) (string, error)
-	Logger        *slog.Logger
+	// Limits are the port's limits; zero fields take DefaultLimits'.
+	Limits Limits
+	Logger *slog.Logger
 }
 
-// handshakeTimeout bounds a client's TLS handshake.
-const handshakeTimeout = 10 * time.Second
+// Limits bound the proxy's TLS port. Each is a key of `limen proxy`.
+type Limits struct {
+	// HandshakeTimeout bounds a TLS handshake, the time a client has to
+	// authenticate (or to present no certificate); worker tunnels too
+	// (tls-handshake-timeout).
+	HandshakeTimeout time.Duration
+	// ReadHeaderTimeout bounds sending a request's head (read-header-timeout).
+	ReadHeaderTimeout time.Duration
+	// ReadTimeout and WriteTimeout bound reading a request and writing its
+	// response, except for /k8s/ streams (watch, exec, attach, logs -f,
+	// port-forward, proxy), which last as long as their grant and which
+	// lock, kill and expiry end (read-timeout, write-timeout).
+	ReadTimeout  time.Duration
+	WriteTimeout time.Duration
+	// IdleTimeout closes a connection with no request in flight
+	// (idle-timeout).
+	IdleTimeout time.Duration
+	// MaxConnsPerIP caps the open connections from one client address,
+	// worker tunnels included; more are closed as they are accepted
+	// (max-conns-per-ip).
+	MaxConnsPerIP int
+	// DeniedInterval is how often the refusals of unauthenticated clients
+	// are stored: one auth.denied per client address and action per
+	// interval, with a count (denied-audit-interval; audit.Aggregator).
+	DeniedInterval time.Duration
+}
+
+// DefaultLimits are the port's limits unless configured.
+func DefaultLimits() Limits {
+	return Limits{
+		HandshakeTimeout:  10 * time.Second,
+		ReadHeaderTimeout: 10 * time.Second,
+		// The API server gives a request that is not a stream 60 s; these
+		// leave room for a slow client on top.
+		ReadTimeout:    2 * time.Minute,
+		WriteTimeout:   2 * time.Minute,
+		IdleTimeout:    2 * time.Minute,
+		MaxConnsPerIP:  256,
+		DeniedInterval: time.Minute,
+	}
+}
+
+// orDefault fills the zero fields of l from DefaultLimits.
+func (l Limits) orDefault() Limits {
+	d := DefaultLimits()
+	l.HandshakeTimeout = cmp.Or(l.HandshakeTimeout, d.HandshakeTimeout)
+	l.ReadHeaderTimeout = cmp.Or(l.ReadHeaderTimeout, d.ReadHeaderTimeout)
+	l.ReadTimeout = cmp.Or(l.ReadTimeout, d.ReadTimeout)
+	l.WriteTimeout = cmp.Or(l.WriteTimeout, d.WriteTimeout)
+	l.IdleTimeout = cmp.Or(l.IdleTimeout, d.IdleTimeout)
+	l.MaxConnsPerIP = cmp.Or(l.MaxConnsPerIP, d.MaxConnsPerIP)
+	l.DeniedInterval = cmp.Or(l.DeniedInterval, d.DeniedInterval)
+	return l
+}
 
 // Serve accepts connections on ln until ctx ends.
 func (s *port) Serve(ctx context.Context, ln net.Listener) error {
+	lim := s.Limits.orDefault()
 	cfg := s.TLS.Clone()
 	cfg.NextProtos = append([]string{tunnel.ALPN}, slices.DeleteFunc(slices.Clone(cfg.NextProtos), func(p string) bool { return p == tunnel.ALPN })...)
 	httpConns := newConnListener(ln.Addr())
 	srv := &http.Server{
-		Handler: s.guard(s.Handler), TLSConfig: cfg, ReadHeaderTimeout: 30 * time.Second,
+		Handler: s.guard(s.Handler), TLSConfig: cfg,
+		ReadHeaderTimeout: lim.ReadHeaderTimeout, ReadTimeout: lim.ReadTimeout,
+		WriteTimeout: lim.WriteTimeout, IdleTimeout: lim.IdleTimeout,
 		ErrorLog: slog.NewLogLogger(s.Logger.Handler(), slog.LevelDebug),
 	}
+	perIP := newIPLimiter(lim.MaxConnsPerIP)
+	refused := &sampledLog{log: s.Logger, every: 10 * time.Second}
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Go(func() { _ = srv.Serve(httpConns) })
@@ -68,11 +134,18 @@ func (s *port) Serve(ctx context.Context, ln net.Listener) error {
 			}
 			return err
 		}
-		wg.Go(func() { s.dispatch(ctx, tls.Server(raw, cfg), httpConns) })
+		conn, ok := perIP.admit(raw)
+		if !ok {
+			refused.note("connection refused: too many from one client address",
+				"remote", raw.RemoteAddr().String(), "max_conns_per_ip", lim.MaxConnsPerIP)
+			raw.Close()
+			continue
+		}
+		wg.Go(func() { s.dispatch(ctx, tls.Server(conn, cfg), httpConns, lim.HandshakeTimeout) })
 	}
 }
 
-func (s *port) dispatch(ctx context.Context, conn *tls.Conn, httpConns *connListener) {
+func (s *port) dispatch(ctx context.Context, conn *tls.Conn, httpConns *connListener, handshakeTimeout time.Duration) {
 	hctx, cancel := context.WithTimeout(ctx, handshakeTimeout)
 	err := conn.HandshakeContext(hctx)
 	cancel()
@@ -102,7 +175,7 @@ func (s *port) dispatch(ctx context.Context, conn *tls.Conn, httpConns *connList
 func (s *port) guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasPrefix(r.RequestURI, "/k8s/") {
-			s.Kube.ServeHTTP(w, r)
+			s.Kube.ServeHTTP(w, withDeadlines(w, r))
 			return
 		}
 		if r.TLS != nil && r.TLS.NegotiatedProtocol == "" &&
@@ -112,6 +185,113 @@ func (s *port) guard(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+type deadlinesKey struct{}
+
+// withDeadlines lets the /k8s/ handler lift the port's read and write
+// deadlines from a request it finds to be a stream (liftDeadlines).
+func withDeadlines(w http.ResponseWriter, r *http.Request) *http.Request {
+	return r.WithContext(context.WithValue(r.Context(), deadlinesKey{}, http.NewResponseController(w)))
+}
+
+// liftDeadlines clears the port's read and write deadlines for r: on its
+// connection for HTTP/1.1 (an upgraded exec or port-forward keeps the
+// connection with no deadline), on its stream for HTTP/2. A stream (watch,
+// exec, logs -f, port-forward) lasts as long as its grant; the session
+// watchdog, not a deadline, ends it. Whether r is a stream is decided by
+// sessions.Classify, as both hops decide it.
+func liftDeadlines(r *http.Request) {
+	rc, ok := r.Context().Value(deadlinesKey{}).(*http.ResponseController)
+	if !ok {
+		return
+	}
+	// ErrNotSupported only for a ResponseWriter that is not the server's,
+	// which has no deadline to lift.
+	_ = rc.SetReadDeadline(time.Time{})
+	_ = rc.SetWriteDeadline(time.Time{})
+}
+
+// ipLimiter counts the open connections of each client address.
+type ipLimiter struct {
+	max int
+	mu  sync.Mutex
+	n   map[string]int
+}
+
+func newIPLimiter(max int) *ipLimiter { return &ipLimiter{max: max, n: map[string]int{}} }
+
+// admit counts c against its address, or refuses it when the address has
+// max open already. The returned connection gives its place back when
+// closed.
+func (l *ipLimiter) admit(c net.Conn) (net.Conn, bool) {
+	ip := c.RemoteAddr().String()
+	if host, _, err := net.SplitHostPort(ip); err == nil {
+		ip = host
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.n[ip] >= l.max {
+		return nil, false
+	}
+	l.n[ip]++
+	return &countedConn{Conn: c, release: func() { l.release(ip) }}, true
+}
+
+func (l *ipLimiter) release(ip string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.n[ip]--; l.n[ip] <= 0 {
+		delete(l.n, ip)
+	}
+}
+
+// countedConn releases its place in the ipLimiter once, on the first Close.
+type countedConn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+func (c *countedConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.release)
+	return err
+}
+
+// CloseWrite half-closes the TCP connection, as relay.CloseWrite asks of
+// what a tls.Conn wraps.
+func (c *countedConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return errors.ErrUnsupported
+}
+
+// sampledLog logs a repeated warning at most once per every, with how many
+// times it happened since the last line: a flood of refused connections
+// must not flood the log.
+type sampledLog struct {
+	log   *slog.Logger
+	every time.Duration
+
+	mu     sync.Mutex
+	last   time.Time
+	missed int
+}
+
+func (l *sampledLog) note(msg string, args ...any) {
+	l.mu.Lock()
+	now := time.Now()
+	if now.Sub(l.last) < l.every {
+		l.missed++
+		l.mu.Unlock()
+		return
+	}
+	missed := l.missed
+	l.last, l.missed = now, 0
+	l.mu.Unlock()
+	l.log.Warn(msg, append(args, "also_since_last_log", missed)...)
 }
 
 // connListener hands already-handshaken connections to an http.Server.

@@ -67,7 +67,7 @@ func (x *exchange) refuse(rf *refusal) {
 	if rf.reason != "" {
 		ev = x.event()
 		ev.Type = audit.TypeAuthDenied
-		ev.Denied = &audit.Denied{Hop: audit.HopWorker, Reason: rf.reason, Path: audit.RequestPath(x.req.RequestURI)}
+		ev.Denied = &audit.Denied{Hop: audit.HopWorker, Action: audit.ActionKube, Reason: rf.reason, Path: audit.RequestPath(x.req.RequestURI)}
 	}
 	if err := audit.WriteEvent(x.stream, ev); err != nil {
 		x.h.Logger.Warn("write audit event", "err", err)

@@ -284,7 +284,7 @@ func TestAdmissionRefusals(t *testing.T) {
 			if resp.StatusCode != tt.code || ev.Type != tt.typ {
 				t.Fatalf("%d with %s, want %d with %s (%s)", resp.StatusCode, ev.Type, tt.code, tt.typ, body)
 			}
-			if ev.Type == audit.TypeAuthDenied && (ev.Denied.Hop != audit.HopWorker || !strings.Contains(ev.Denied.Reason, tt.reason)) {
+			if ev.Type == audit.TypeAuthDenied && (ev.Denied.Hop != audit.HopWorker || ev.Denied.Action != audit.ActionKube || !strings.Contains(ev.Denied.Reason, tt.reason)) {
 				t.Fatalf("auth.denied %+v, want the worker's with %q", ev.Denied, tt.reason)
 			}
 			if ev.Type == audit.TypeKubeRequest && (ev.Kube.Status != tt.code || !strings.Contains(body, tt.reason) || ev.Groups != nil) {

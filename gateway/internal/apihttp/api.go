@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/limenhq/limen/gateway/audit"
@@ -89,43 +90,36 @@ type PrincipalHandler func(http.ResponseWriter, *http.Request, identity.Principa
 // Public serves pattern to anyone (login, enrollment).
 func (a *API) Public(pattern string, h http.HandlerFunc) { a.mux.HandleFunc(pattern, h) }
 
-// Authenticated serves pattern to a verified user or bot certificate that
-// has not expired (a kept-alive connection can outlive its certificate).
+// Authenticated serves pattern to the holder of a verified user or bot
+// certificate that has not expired (a kept-alive connection can outlive
+// its certificate) and who has no lock in force: the checks /k8s/ makes.
+// Every refusal is audited as auth.denied with action admin.
 func (a *API) Authenticated(pattern string, h PrincipalHandler) {
 	a.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
-		p, err := a.authenticate(r)
-		if err != nil {
-			WriteError(w, http.StatusUnauthorized, err.Error())
-			return
+		if p, ok := a.admit(w, r, pattern); ok {
+			h(w, r, p)
 		}
-		h(w, r, p)
 	})
 }
 
-// Admin serves pattern as Authenticated does, and only to a caller with no
-// lock in force (the same checks as /k8s/) whom the policy allows action.
-// Every refusal is audited as auth.denied.
+// Admin serves pattern as Authenticated does, and only to a caller whom the
+// policy allows action. Every refusal is audited as auth.denied with
+// action admin.
 func (a *API) Admin(pattern, action string, h PrincipalHandler) {
 	a.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
-		p, err := a.authenticate(r)
-		if err != nil {
-			a.Deny(r, identity.Principal{}, "admin action "+action+": "+err.Error(), nil)
-			WriteError(w, http.StatusUnauthorized, err.Error())
+		what := "admin action " + action
+		p, ok := a.admit(w, r, what)
+		if !ok {
 			return
 		}
-		if err := a.Locks.Check(p, a.Now()); err != nil {
-			a.Deny(r, p, "admin action "+action+": locked: "+err.Error(), nil)
-			WriteError(w, http.StatusForbidden, err.Error())
-			return
-		}
-		ok, err := a.Policy.AdminAllow(r.Context(), p, action)
+		allowed, err := a.Policy.AdminAllow(r.Context(), p, action)
 		if err != nil {
 			a.Logger.Error("admin policy evaluation failed", "action", action, "principal", p.String(), "err", err)
 			WriteError(w, http.StatusServiceUnavailable, "policy unavailable: try again later")
 			return
 		}
-		if !ok {
-			a.Deny(r, p, "admin action "+action+" not allowed", nil)
+		if !allowed {
+			a.Deny(r, p, audit.ActionAdmin, what+" not allowed", nil)
 			WriteError(w, http.StatusForbidden, fmt.Sprintf("policy does not allow %s to %s", p, action))
 			return
 		}
@@ -133,10 +127,49 @@ func (a *API) Admin(pattern, action string, h PrincipalHandler) {
 	})
 }
 
+// admit is the caller check of every call that needs a certificate, on
+// every request (not once per connection): a verified, unexpired
+// certificate of a principal who is not locked. A locked admin is refused
+// here whatever they ask, unlocking themself included; the break-glass is
+// the proxy host's local store (limen unlock --local). It answers and
+// audits a refusal itself; what names the call in the audited reason.
+func (a *API) admit(w http.ResponseWriter, r *http.Request, what string) (identity.Principal, bool) {
+	p, err := a.authenticate(r)
+	if err != nil {
+		a.Deny(r, identity.Principal{}, audit.ActionAdmin, what+": "+err.Error(), nil)
+		WriteError(w, http.StatusUnauthorized, err.Error())
+		return identity.Principal{}, false
+	}
+	if err := a.Locks.Check(p, a.Now()); err != nil {
+		a.Deny(r, p, audit.ActionAdmin, what+": locked: "+err.Error(), nil)
+		WriteError(w, http.StatusForbidden, err.Error())
+		return identity.Principal{}, false
+	}
+	return p, true
+}
+
 // ErrCertificateExpired refuses a certificate past its NotAfter on a
 // connection opened while it was valid.
-var ErrCertificateExpired = errors.New("client certificate expired: run limen login")
+var ErrCertificateExpired = errors.New("client certificate expired")
 
+// expiredError is ErrCertificateExpired naming whose certificate and when.
+type expiredError struct {
+	p        identity.Principal
+	notAfter time.Time
+}
+
+func (e *expiredError) Error() string {
+	return fmt.Sprintf("client certificate expired at %s (%s): run limen login",
+		e.notAfter.UTC().Format(time.RFC3339), e.p)
+}
+
+func (e *expiredError) Is(target error) bool { return target == ErrCertificateExpired }
+
+// authenticate returns the principal of r's verified client certificate,
+// refusing one past its NotAfter: TLS checked the expiry only when the
+// connection was made, and an HTTP/2 connection can stay open for hours.
+// An expired certificate is refused as unauthenticated (no principal); the
+// error names its holder.
 func (g *Gate) authenticate(r *http.Request) (identity.Principal, error) {
 	p, err := g.Principal(r)
 	if err != nil {
@@ -148,8 +181,8 @@ func (g *Gate) authenticate(r *http.Request) (identity.Principal, error) {
 	if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 || len(r.TLS.VerifiedChains[0]) == 0 {
 		return identity.Principal{}, errors.New("no verified client certificate: run limen login")
 	}
-	if g.Now().After(r.TLS.VerifiedChains[0][0].NotAfter) {
-		return identity.Principal{}, ErrCertificateExpired
+	if notAfter := r.TLS.VerifiedChains[0][0].NotAfter; g.Now().After(notAfter) {
+		return identity.Principal{}, &expiredError{p: p, notAfter: notAfter}
 	}
 	return p, nil
 }
@@ -168,10 +201,20 @@ func (g *Gate) Emit(r *http.Request, e audit.Event) error {
 	return nil
 }
 
+// maxReason bounds a refusal's reason, which may quote what the client
+// sent.
+const maxReason = 1024
+
 // Deny records a refusal of r as auth.denied at the proxy, by p (zero when
-// the caller is unknown), with optional details. The refusal stands whether
-// or not it is recorded: refusing needs no audit trail.
-func (g *Gate) Deny(r *http.Request, p identity.Principal, reason string, fields map[string]string) {
+// the caller is unknown), refusing action (audit.ActionAdmin, …), with
+// optional details. The path and reason are bounded, so that no request,
+// however long its target, makes an event the audit trail refuses. The
+// refusal stands whether or not it is recorded: refusing needs no audit
+// trail.
+func (g *Gate) Deny(r *http.Request, p identity.Principal, action, reason string, fields map[string]string) {
+	if len(reason) > maxReason {
+		reason = strings.ToValidUTF8(reason[:maxReason], "") + "…"
+	}
 	_ = g.Emit(r, audit.Event{Type: audit.TypeAuthDenied, Principal: p, Fields: fields,
-		Denied: &audit.Denied{Hop: audit.HopProxy, Reason: reason, Path: r.URL.Path}})
+		Denied: &audit.Denied{Hop: audit.HopProxy, Action: action, Reason: reason, Path: audit.RequestPath(r.RequestURI)}})
 }

@@ -2,8 +2,11 @@ package apihttp
 
 import (
 	"context"
+	"errors"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -72,5 +75,47 @@ func TestGateRefusesWithoutVerifiedCertificate(t *testing.T) {
 	if w.Code != http.StatusNotFound || !strings.Contains(w.Body.String(), "no such API endpoint: GET /v1/nothing") ||
 		w.Header().Get("Cache-Control") != "no-store" {
 		t.Errorf("unknown endpoint: %d %s %v", w.Code, w.Body, w.Header())
+	}
+}
+
+// TestDenyStoresEveryRefusal: a refusal reaches the real audit store
+// whatever the client sent. Deny used to record the request path as sent,
+// so a request with a long target (a 70 KB lock name) made an event over the
+// audit trail's size limit, which the store refused: the refusal went
+// unrecorded. The path and reason are now bounded.
+func TestDenyStoresEveryRefusal(t *testing.T) {
+	store, err := audit.Open(context.Background(), filepath.Join(t.TempDir(), audit.FileName), audit.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	long := strings.Repeat("a", 70<<10)
+	refuse := func(*http.Request) (identity.Principal, error) {
+		return identity.Principal{}, errors.New("no certificate " + long)
+	}
+	a, err := New("testapi", Gate{Principal: refuse, Locks: locks.NewSet(), Policy: allowAll{}, Audit: store,
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Admin("DELETE /v1/admin/locks/{kind}/{name}", "user.unlock", func(http.ResponseWriter, *http.Request, identity.Principal) {
+		t.Fatal("the handler ran")
+	})
+	w := httptest.NewRecorder()
+	a.ServeHTTP(w, httptest.NewRequest(http.MethodDelete, "/v1/admin/locks/user/"+long+"?x=secret", nil))
+	if w.Code != http.StatusUnauthorized {
+		t.Fatalf("%d, want 401", w.Code)
+	}
+	got, err := store.Search(context.Background(), audit.Query{Action: audit.ActionAdmin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 {
+		t.Fatalf("%d auth.denied events stored, want 1", len(got))
+	}
+	d := got[0].Denied
+	if !strings.HasPrefix(d.Path, "/v1/admin/locks/user/aaa") || len(d.Path) > audit.MaxRequestPath || strings.Contains(d.Path, "secret") ||
+		!strings.HasPrefix(d.Reason, "admin action user.unlock: no certificate aaa") || len(d.Reason) > 2*maxReason {
+		t.Fatalf("stored refusal: path %d bytes %.40q…, reason %d bytes %.60q…", len(d.Path), d.Path, len(d.Reason), d.Reason)
 	}
 }
