@@ -7,7 +7,9 @@ import (
 	"math"
 	"math/rand/v2"
 	"strconv"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // benchChunk is the size of the output chunks the benchmarks record: what
@@ -55,7 +57,9 @@ func benchOutputs() []struct {
 // chunks: into io.Discard (escaping and the Writer's own work) and into a
 // spool file (everything a recorded exec pays, but the disk: run it with
 // TMPDIR on a tmpfs to leave the disk out, or on the spool's disk to
-// include it). MB/s is output recorded per second; rec/out is the size of
+// include it). MB/s is output recorded per second; cpu-MB/s is output
+// recorded per second of CPU the process used, on all its threads (what
+// the worker pays, whatever else the machine runs); rec/out is the size of
 // the recording over the size of the output.
 func BenchmarkWriterStdout(b *testing.B) {
 	for _, out := range benchOutputs() {
@@ -84,6 +88,7 @@ func BenchmarkWriterStdout(b *testing.B) {
 				w := open()
 				var recorded int64 // bytes of recordings already rotated out
 				b.SetBytes(benchChunk)
+				cpu0 := cpuTime(b)
 				b.ResetTimer()
 				for i := 0; i < b.N; i++ {
 					off := (i * benchChunk) % len(out.data)
@@ -99,6 +104,8 @@ func BenchmarkWriterStdout(b *testing.B) {
 					}
 				}
 				b.StopTimer()
+				cpu := cpuTime(b) - cpu0
+				b.ReportMetric(float64(b.N)*benchChunk/1e6/cpu.Seconds(), "cpu-MB/s")
 				recorded += w.n
 				b.ReportMetric(float64(recorded)/(float64(b.N)*benchChunk), "rec/out")
 				if f != nil {
@@ -108,5 +115,32 @@ func BenchmarkWriterStdout(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// cpuTime is the CPU time this process has used, user and system.
+func cpuTime(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkAppendJSONString is the escaping alone, on 32 KiB chunks.
+func BenchmarkAppendJSONString(b *testing.B) {
+	for _, out := range benchOutputs() {
+		b.Run(out.name, func(b *testing.B) {
+			var dst []byte
+			b.SetBytes(benchChunk)
+			cpu0 := cpuTime(b)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				off := (i * benchChunk) % len(out.data)
+				dst = appendJSONString(dst[:0], out.data[off:off+benchChunk])
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(b.N)*benchChunk/1e6/(cpuTime(b)-cpu0).Seconds(), "cpu-MB/s")
+		})
 	}
 }

@@ -2,6 +2,7 @@ package recording
 
 import (
 	"encoding/binary"
+	"slices"
 	"unicode/utf8"
 )
 
@@ -10,6 +11,130 @@ const hexDigits = "0123456789abcdef"
 // replacement is U+FFFD in UTF-8: what a byte that is not valid UTF-8
 // becomes, written as is (3 bytes) rather than escaped (6).
 const replacement = "\uFFFD"
+
+// appendJSONString appends s as a JSON string. It is the hot path of a
+// recording (encoding/json is several times slower, mostly escaping HTML that
+// a terminal recording does not need). Decoded, the string is s exactly when
+// s is valid UTF-8:
+//   - plain ASCII (printable, and DEL) is copied as is, whole runs at once,
+//     found 8 bytes at a time;
+//   - quote, backslash and control characters are escaped: \n, \r, \t, \b
+//     and \f in two bytes, the others as \u00XX;
+//   - valid UTF-8 sequences are copied as they are;
+//   - each byte that is not valid UTF-8 becomes U+FFFD, as its 3 UTF-8 bytes.
+//
+// Between runs, bytes are written from a table (byteCodes), which costs no
+// branch per byte that a mispredicted one would: random binary output is
+// the case that needs it.
+func appendJSONString(dst []byte, s []byte) []byte {
+	dst = append(dst, '"')
+	for len(s) > 0 {
+		run := 0
+		for run+8 <= len(s) && plainWord(binary.LittleEndian.Uint64(s[run:])) {
+			run += 8
+		}
+		dst = append(dst, s[:run]...)
+		s = s[run:]
+		// Then byte by byte, for a stretch: short after a run (text is
+		// mostly runs), longer when none was found (binary output).
+		k := min(len(s), 8)
+		if run == 0 {
+			k = min(len(s), 64)
+		}
+		dst, s = appendBytes(dst, s, k)
+	}
+	return append(dst, '"')
+}
+
+// appendBytes appends the JSON text of s's first k bytes (and of the rest of
+// a UTF-8 sequence begun among them) and returns the bytes not consumed.
+func appendBytes(dst, s []byte, k int) ([]byte, []byte) {
+	// Each byte takes at most 6, a sequence continued past k at most 3 more,
+	// and a code is stored as 8 bytes.
+	n := len(dst)
+	dst = slices.Grow(dst, 6*k+3+8)
+	buf := dst[:cap(dst)]
+	i := 0
+	for i < k {
+		code := &byteCodes[s[i]]
+		if code[7] != 0 {
+			*(*[8]byte)(buf[n : n+8]) = *code
+			n += int(code[7])
+			i++
+			continue
+		}
+		if size := validSequence(s[i:]); size > 0 {
+			n += copy(buf[n:], s[i:i+size])
+			i += size
+		} else {
+			n += copy(buf[n:], replacement)
+			i++
+		}
+	}
+	return buf[:n], s[i:]
+}
+
+// byteCodes holds, for each byte outside a UTF-8 sequence, its JSON text in
+// the first bytes and that text's length in the last; 0 marks the bytes
+// that may start a valid sequence (0xC2–0xF4).
+var byteCodes = func() (t [256][8]byte) {
+	for c := range 256 {
+		var text []byte
+		switch {
+		case plain[c]:
+			text = []byte{byte(c)}
+		case c < utf8.RuneSelf:
+			text = appendEscape(nil, byte(c))
+		case c < 0xC2 || c > 0xF4:
+			// A continuation byte alone, or one that never starts a valid
+			// sequence (C0, C1, F5–FF).
+			text = []byte(replacement)
+		default:
+			continue
+		}
+		copy(t[c][:], text)
+		t[c][7] = byte(len(text))
+	}
+	return t
+}()
+
+// validSequence returns the length of the valid UTF-8 sequence that starts
+// s (whose first byte is in 0xC2–0xF4), or 0. The ranges of second bytes
+// are the ones that keep out overlong forms, surrogates and code points
+// past U+10FFFF (Unicode's table 3-7, as unicode/utf8 has it).
+func validSequence(s []byte) int {
+	c := s[0]
+	n := 2
+	switch {
+	case c >= 0xF0:
+		n = 4
+	case c >= 0xE0:
+		n = 3
+	}
+	if len(s) < n {
+		return 0
+	}
+	lo, hi := byte(0x80), byte(0xBF)
+	switch c {
+	case 0xE0:
+		lo = 0xA0
+	case 0xED:
+		hi = 0x9F
+	case 0xF0:
+		lo = 0x90
+	case 0xF4:
+		hi = 0x8F
+	}
+	if b := s[1]; b < lo || b > hi {
+		return 0
+	}
+	for _, b := range s[2:n] {
+		if b&0xC0 != 0x80 {
+			return 0
+		}
+	}
+	return n
+}
 
 // plain marks the bytes a JSON string holds as they are: printable ASCII
 // (and DEL) but the quote and the backslash.
@@ -38,52 +163,6 @@ func plainWord(x uint64) bool {
 	quote := (q - ones) &^ q
 	backslash := (bs - ones) &^ bs
 	return (x|below|quote|backslash)&highs == 0
-}
-
-// appendJSONString appends s as a JSON string. It is the hot path of a
-// recording (encoding/json is several times slower, mostly escaping HTML that
-// a terminal recording does not need). Output is copied in whole runs: plain
-// ASCII, looked at 8 bytes at a time, and valid UTF-8 go as they are; control
-// characters, quote and backslash are escaped (\n, \r, \t, \b and \f in two
-// bytes, the others as \u00XX); each byte that is not valid UTF-8 becomes
-// U+FFFD, written as its 3 UTF-8 bytes. Decoded, the string is the output
-// exactly when the output is valid UTF-8.
-func appendJSONString(dst []byte, s []byte) []byte {
-	dst = append(dst, '"')
-	start, i := 0, 0
-	for i < len(s) {
-		for i+8 <= len(s) && plainWord(binary.LittleEndian.Uint64(s[i:])) {
-			i += 8
-		}
-		if i == len(s) {
-			break
-		}
-		c := s[i]
-		switch {
-		case plain[c]:
-			i++
-		case c < utf8.RuneSelf:
-			dst = appendEscape(append(dst, s[start:i]...), c)
-			i++
-			start = i
-		case c < 0xC2 || c > 0xF4:
-			// A continuation byte alone, or a byte that never starts a
-			// valid sequence (C0, C1, F5–FF).
-			dst = append(append(dst, s[start:i]...), replacement...)
-			i++
-			start = i
-		default:
-			if r, size := utf8.DecodeRune(s[i:]); r != utf8.RuneError || size != 1 {
-				i += size
-				continue
-			}
-			dst = append(append(dst, s[start:i]...), replacement...)
-			i++
-			start = i
-		}
-	}
-	dst = append(dst, s[start:]...)
-	return append(dst, '"')
 }
 
 func appendEscape(dst []byte, c byte) []byte {

@@ -57,6 +57,32 @@ func TestPlainWord(t *testing.T) {
 	}
 }
 
+// TestValidSequence agrees with unicode/utf8 on every lead byte that may
+// start a sequence, every second byte, and continuation bytes at the ends
+// of their range and outside it, whole and cut short.
+func TestValidSequence(t *testing.T) {
+	edges := []byte{0x80, 0xBF, 0x41, 0xC0}
+	for c := 0xC2; c <= 0xF4; c++ {
+		for b1 := range 256 {
+			for _, b2 := range edges {
+				for _, b3 := range edges {
+					full := []byte{byte(c), byte(b1), b2, b3}
+					for n := 1; n <= 4; n++ {
+						s := full[:n]
+						want := 0
+						if r, size := utf8.DecodeRune(s); r != utf8.RuneError || size != 1 {
+							want = size
+						}
+						if got := validSequence(s); got != want {
+							t.Fatalf("validSequence(% x) = %d, want %d", s, got, want)
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
 // FuzzAppendJSONString: the encoder's output is valid JSON in valid UTF-8,
 // it decodes to the input with each invalid byte replaced by U+FFFD (so to
 // the input itself when that is valid UTF-8), and it is never larger than
