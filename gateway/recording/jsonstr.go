@@ -50,7 +50,7 @@ func appendJSONString(dst []byte, s []byte) []byte {
 // a UTF-8 sequence begun among them) and returns the bytes not consumed.
 func appendBytes(dst, s []byte, k int) ([]byte, []byte) {
 	// Each byte takes at most 6, a sequence continued past k at most 3 more,
-	// and a code is stored as 8 bytes.
+	// and a code is stored as 8 bytes (a sequence as 4).
 	n := len(dst)
 	dst = slices.Grow(dst, 6*k+3+8)
 	buf := dst[:cap(dst)]
@@ -64,7 +64,13 @@ func appendBytes(dst, s []byte, k int) ([]byte, []byte) {
 			continue
 		}
 		if size := validSequence(s[i:]); size > 0 {
-			n += copy(buf[n:], s[i:i+size])
+			// At most 4 bytes: a store of 4 beats a call to copy.
+			if len(s)-i >= 4 {
+				*(*[4]byte)(buf[n : n+4]) = *(*[4]byte)(s[i : i+4])
+			} else {
+				copy(buf[n:], s[i:i+size])
+			}
+			n += size
 			i += size
 		} else {
 			n += copy(buf[n:], replacement)
@@ -103,38 +109,44 @@ var byteCodes = func() (t [256][8]byte) {
 // are the ones that keep out overlong forms, surrogates and code points
 // past U+10FFFF (Unicode's table 3-7, as unicode/utf8 has it).
 func validSequence(s []byte) int {
-	c := s[0]
-	n := 2
-	switch {
-	case c >= 0xF0:
-		n = 4
-	case c >= 0xE0:
-		n = 3
-	}
-	if len(s) < n {
+	l := leads[s[0]]
+	n := int(l.n)
+	if len(s) < n || s[1]-l.lo > l.hi-l.lo {
 		return 0
 	}
-	lo, hi := byte(0x80), byte(0xBF)
-	switch c {
-	case 0xE0:
-		lo = 0xA0
-	case 0xED:
-		hi = 0x9F
-	case 0xF0:
-		lo = 0x90
-	case 0xF4:
-		hi = 0x8F
-	}
-	if b := s[1]; b < lo || b > hi {
+	if n > 2 && s[2]&0xC0 != 0x80 || n > 3 && s[3]&0xC0 != 0x80 {
 		return 0
-	}
-	for _, b := range s[2:n] {
-		if b&0xC0 != 0x80 {
-			return 0
-		}
 	}
 	return n
 }
+
+// lead describes the sequences a lead byte starts: their length, and the
+// range of their second byte.
+type lead struct{ n, lo, hi byte }
+
+var leads = func() (t [256]lead) {
+	for c := 0xC2; c <= 0xF4; c++ {
+		l := lead{n: 2, lo: 0x80, hi: 0xBF}
+		switch {
+		case c >= 0xF0:
+			l.n = 4
+		case c >= 0xE0:
+			l.n = 3
+		}
+		switch c {
+		case 0xE0:
+			l.lo = 0xA0
+		case 0xED:
+			l.hi = 0x9F
+		case 0xF0:
+			l.lo = 0x90
+		case 0xF4:
+			l.hi = 0x8F
+		}
+		t[c] = l
+	}
+	return t
+}()
 
 // plain marks the bytes a JSON string holds as they are: printable ASCII
 // (and DEL) but the quote and the backslash.

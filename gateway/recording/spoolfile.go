@@ -87,7 +87,7 @@ func (f *File) Write(p []byte) (int, error) {
 	if err := f.usable(); err != nil {
 		return 0, err
 	}
-	if err := f.reserve(int64(len(p))); err != nil {
+	if err := f.makeRoom(int64(len(p))); err != nil {
 		// Nothing of p was taken, so what the File holds is still whole
 		// lines and can be committed: the caller ends the session.
 		return 0, fmt.Errorf("reserve room in the spool: %w", err)
@@ -131,10 +131,10 @@ func (f *File) usable() error {
 	return f.err
 }
 
-// reserve preallocates the file for n more bytes, spoolReserve at a time.
+// makeRoom preallocates the file for n more bytes, spoolReserve at a time.
 // A file system that cannot preallocate turns reservation off: the file is
 // then written as on any other disk, and a full one fails a later write.
-func (f *File) reserve(n int64) error {
+func (f *File) makeRoom(n int64) error {
 	need := f.n + n
 	if f.reserved < 0 || need <= f.reserved {
 		return nil

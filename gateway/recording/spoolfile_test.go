@@ -176,7 +176,7 @@ func TestSpoolFullDiskRefusesTheEvent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f.reserve(1); f.reserved < 0 {
+	if f.makeRoom(1); f.reserved < 0 {
 		t.Skip("this file system cannot preallocate: a full disk fails a later write instead")
 	}
 	limitFileSize(t, limit)
