@@ -11,13 +11,14 @@
 // An "o" event's data is a JSON string, so it holds text: the output is
 // recorded as the UTF-8 it is, with control characters escaped as JSON
 // requires, and each byte that is not valid UTF-8 becomes U+FFFD, stored as
-// its three UTF-8 bytes. That is what a terminal shows for such a byte, what
-// asciinema-player draws, and what asciinema's own recorder writes. Played
-// back (Play, Reader) valid UTF-8 output is byte for byte what the session
-// printed; binary output is its replacement-character rendering, and the
-// recording is then about 2.4 times its size (10.5% of random bytes are
-// control characters that JSON spells in six bytes, half of them are not
-// UTF-8 and take three), against 1.0 to 1.15 times for text.
+// its three UTF-8 bytes rather than the six of its escape. U+FFFD is what a
+// terminal shows for such a byte and what asciinema-player draws. Played
+// back (Play, Reader), valid UTF-8 output is byte for byte what the session
+// printed, and binary output is what a terminal showed of it. A recording
+// takes 1.0 to 1.15 times text output, and about 2.4 times random binary
+// output: 27 of the 256 byte values are control characters JSON spells in
+// six bytes, and the 128 values from 0x80 up seldom form UTF-8 and then take
+// three.
 //
 // # Writing to the spool, and what a crash loses
 //
@@ -29,16 +30,17 @@
 // not per event, and its SHA-256 is computed off the relay's goroutine. A
 // quiet session's block is written within spoolQuiet of its first byte.
 // Disk space for what a File accepts is reserved (fallocate) before the
-// write returns, so a full disk refuses the event, which then is not relayed;
-// another write error is returned by the next call, and the session ends.
+// write returns, so a full disk refuses the event, which then is not
+// relayed; another write error is returned by the next call, and the
+// session ends.
 //
 // The spool file is synced (fsync) once, at Commit: at the session's end,
 // which a recording cut at its cap also reaches. A worker that crashes loses
 // at most the output still in memory, the block being gathered and the one
-// being written (2 × 128 KiB, and none older than spoolQuiet); what it
-// wrote stays in the file, and OpenSpool recovers it. A machine that crashes
-// may also lose what the kernel had not yet written back of a session that
-// was not committed.
+// being written (2 × 128 KiB; a quiet session's output is in the file within
+// spoolQuiet); what it wrote stays in the file, and OpenSpool recovers it.
+// A machine that crashes may also lose what the kernel had not yet written
+// back of a session that was not committed.
 package recording
 
 import (
