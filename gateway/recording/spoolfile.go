@@ -141,6 +141,12 @@ func (f *File) makeRoom(n int64) error {
 	}
 	size := (need + spoolReserve - 1) / spoolReserve * spoolReserve
 	err := preallocate(f.f, f.reserved, size-f.reserved)
+	if err != nil && !errors.Is(err, errors.ErrUnsupported) && size > need {
+		// No room for a whole step: the room for these bytes may still
+		// be there, and the recording then ends at the disk's true limit.
+		size = need
+		err = preallocate(f.f, f.reserved, size-f.reserved)
+	}
 	switch {
 	case errors.Is(err, errors.ErrUnsupported):
 		f.reserved = -1

@@ -165,7 +165,7 @@ func (t teeWriter) Write(p []byte) (int, error) {
 // file size limit (RLIMIT_FSIZE: the kernel's EFBIG, as a full disk gives
 // ENOSPC): the event that finds no room is refused before it is accepted,
 // so it would not be relayed, and the recording commits with exactly the
-// output accepted before it.
+// output accepted before it. It is refused only when it does not fit.
 func TestSpoolFullDiskRefusesTheEvent(t *testing.T) {
 	const limit = 3 << 20
 	s, err := OpenSpool(t.TempDir())
@@ -202,6 +202,9 @@ func TestSpoolFullDiskRefusesTheEvent(t *testing.T) {
 	}
 	if out, _ := castOf(t, b); out != string(accepted) || item.SHA256 != sha(b) {
 		t.Fatalf("recorded %d bytes of output, %d were accepted", len(out), len(accepted))
+	}
+	if len(b)+50_000 <= limit {
+		t.Errorf("an event of 50000 bytes was refused with %d bytes of the %d-byte limit free", limit-len(b), limit)
 	}
 	t.Logf("accepted %d bytes of output in a %d-byte recording, limit %d", len(accepted), len(b), limit)
 }
