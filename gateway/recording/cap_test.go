@@ -136,9 +136,6 @@ func TestCapBoundary(t *testing.T) {
 			if out := checkCut(t, buf.Bytes(), maxBytes); out != want {
 				t.Errorf("recorded output of %d bytes, want %d", len(out), len(want))
 			}
-			if got := w.SHA256(); got != sha(buf.Bytes()) {
-				t.Errorf("SHA256 %s does not match the bytes written", got)
-			}
 		})
 	}
 }
@@ -299,15 +296,15 @@ func TestSpoolCommitsCutRecording(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if item.Size > MinMaxBytes || item.SHA256 != w.SHA256() {
-		t.Errorf("committed %+v; cap %d, writer sum %s", item, MinMaxBytes, w.SHA256())
-	}
 	rc, err := s.Open("capped")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rc.Close()
 	b, _ := io.ReadAll(rc)
+	if item.Size > MinMaxBytes || item.Size != int64(len(b)) || item.SHA256 != sha(b) {
+		t.Errorf("committed %+v; cap %d, file of %d bytes with sum %s", item, MinMaxBytes, len(b), sha(b))
+	}
 	if out := checkCut(t, b, MinMaxBytes); len(out) != sent {
 		t.Errorf("recorded %d output bytes, %d were accepted", len(out), sent)
 	}

@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"os"
 	"path/filepath"
@@ -153,68 +152,6 @@ func (s *Spool) path(id, ext string) (string, error) {
 		return "", fmt.Errorf("spool: invalid recording id %q", id)
 	}
 	return filepath.Join(s.dir, id+ext), nil
-}
-
-// Create starts the recording id. Write to the File, then Commit it.
-func (s *Spool) Create(id string) (*File, error) {
-	p, err := s.path(id, extCast+extPart)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := os.Stat(filepath.Join(s.dir, id+extCast)); err == nil {
-		return nil, fmt.Errorf("spool: recording %q already exists", id)
-	}
-	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("spool: %w", err)
-	}
-	return &File{s: s, id: id, f: f, sum: sha256.New()}, nil
-}
-
-// File is a recording being written to the spool.
-type File struct {
-	s   *Spool
-	id  string
-	f   *os.File
-	sum hash.Hash
-	n   int64
-}
-
-// Write appends to the recording.
-func (f *File) Write(p []byte) (int, error) {
-	n, err := f.f.Write(p)
-	f.sum.Write(p[:n])
-	f.n += int64(n)
-	return n, err
-}
-
-// Commit syncs the recording and makes it pending for upload.
-func (f *File) Commit() (Item, error) {
-	if err := f.f.Sync(); err != nil {
-		f.f.Close()
-		return Item{}, fmt.Errorf("spool commit %s: %w", f.id, err)
-	}
-	if err := f.f.Close(); err != nil {
-		return Item{}, fmt.Errorf("spool commit %s: %w", f.id, err)
-	}
-	sum := hex.EncodeToString(f.sum.Sum(nil))
-	if err := f.s.finish(f.id, sum); err != nil {
-		return Item{}, err
-	}
-	return Item{ID: f.id, Size: f.n, SHA256: sum}, nil
-}
-
-// Discard drops a recording that never recorded anything (its session
-// never started): the file is closed and removed, so nothing is uploaded.
-func (f *File) Discard() error {
-	cerr := f.f.Close()
-	if err := os.Remove(f.f.Name()); err != nil {
-		return fmt.Errorf("spool discard %s: %w", f.id, err)
-	}
-	if cerr != nil {
-		return fmt.Errorf("spool discard %s: %w", f.id, cerr)
-	}
-	return nil
 }
 
 // finish renames <id>.cast.part to <id>.cast after writing its checksum.

@@ -22,7 +22,8 @@ func TestSpoolLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := NewWriter(f, meta())
+	var b bytes.Buffer // what the Writer wrote, as the spool should hold it
+	w := NewWriter(io.MultiWriter(f, &b), meta())
 	if err := w.Stdout([]byte("hello\n")); err != nil {
 		t.Fatal(err)
 	}
@@ -36,8 +37,8 @@ func TestSpoolLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if item.SHA256 != w.SHA256() {
-		t.Errorf("spool sum %s, writer sum %s", item.SHA256, w.SHA256())
+	if want := sha(b.Bytes()); item.SHA256 != want || item.Size != int64(b.Len()) {
+		t.Errorf("committed %+v; the Writer wrote %d bytes with sum %s", item, b.Len(), want)
 	}
 	if _, err := s.Create("sess-1"); err == nil {
 		t.Error("a second recording with the same id was created")
@@ -56,10 +57,10 @@ func TestSpoolLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _ := io.ReadAll(rc)
+	opened, _ := io.ReadAll(rc)
 	rc.Close()
-	if sum := sha256.Sum256(b); hex.EncodeToString(sum[:]) != item.SHA256 {
-		t.Error("opened bytes do not match the spooled sum")
+	if !bytes.Equal(opened, b.Bytes()) {
+		t.Error("opened bytes are not what the Writer wrote")
 	}
 	if err := s2.Ack("sess-1", strings.Repeat("0", 64)); err == nil {
 		t.Error("ack with a wrong sum deleted the recording")
@@ -95,7 +96,12 @@ func TestSpoolRecoversCrashedRecording(t *testing.T) {
 	if _, err := io.WriteString(f, complete+`[0.2, "o", "cut`); err != nil {
 		t.Fatal(err)
 	}
-	// no Commit: the process dies here
+	// The gathered block reached the file (what a crash loses before that
+	// is TestSpoolCrashLosesAtMostTheGatheredBlocks), and then no Commit:
+	// the process dies here.
+	if err := f.flushNow(); err != nil {
+		t.Fatal(err)
+	}
 	s2, err := OpenSpool(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -132,6 +138,9 @@ func TestSpoolRecoversHeaderlessRecording(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := io.WriteString(f, `{"version":3,"term":{"co`); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.flushNow(); err != nil { // in the file, then the process dies
 		t.Fatal(err)
 	}
 	s2, err := OpenSpool(dir)

@@ -13,8 +13,14 @@ type utf8Buffer struct {
 
 // take returns the bytes of held+p that are ready to record, holding back at
 // most an incomplete trailing sequence (up to 3 bytes). The result is valid
-// until the next call.
+// until the next call and may be p itself.
 func (b *utf8Buffer) take(p []byte) []byte {
+	if b.n == 0 {
+		// Nothing held (the common case): p itself, without a copy.
+		keep := incompleteTail(p)
+		b.n = copy(b.held[:], p[len(p)-keep:])
+		return p[:len(p)-keep]
+	}
 	b.out = append(append(b.out[:0], b.held[:b.n]...), p...)
 	b.n = 0
 	keep := incompleteTail(b.out)
@@ -22,7 +28,7 @@ func (b *utf8Buffer) take(p []byte) []byte {
 	return b.out[:len(b.out)-keep]
 }
 
-// flush returns the held bytes (which json encoding will replace with U+FFFD).
+// flush returns the held bytes (which appendJSONString replaces with U+FFFD).
 func (b *utf8Buffer) flush() []byte {
 	out := append(b.out[:0], b.held[:b.n]...)
 	b.n = 0

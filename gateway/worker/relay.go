@@ -405,8 +405,10 @@ func (t *tap) next() stream.Handler {
 }
 
 // recorder marks the recording's errors, so that session.end can tell a
-// recording failure from a stream that could not be decoded.
-type recorder struct{ h stream.Handler }
+// recording failure from a stream that could not be decoded. It holds the
+// Writer itself, a pointer, so making it a stream.Handler for each chunk of
+// output allocates nothing.
+type recorder struct{ h *recording.Writer }
 
 func (r recorder) Stdin(n int) error                     { return recordErr(r.h.Stdin(n)) }
 func (r recorder) Stdout(p []byte) error                 { return recordErr(r.h.Stdout(p)) }

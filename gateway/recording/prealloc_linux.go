@@ -1,0 +1,37 @@
+package recording
+
+import (
+	"errors"
+	"os"
+	"syscall"
+)
+
+// preallocate gives f disk space for [off, off+n), growing its size (the
+// zeros past the last line are cut by Commit, or by recovery after a
+// crash). It fails as a write would, with ENOSPC on a full disk or EFBIG
+// past the file size limit. A file system without fallocate returns an
+// error that is errors.ErrUnsupported.
+func preallocate(f *os.File, off, n int64) error {
+	sc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var ferr error
+	if err := sc.Control(func(fd uintptr) {
+		for {
+			ferr = syscall.Fallocate(int(fd), 0, off, n)
+			if !errors.Is(ferr, syscall.EINTR) {
+				return
+			}
+		}
+	}); err != nil {
+		return err
+	}
+	if errors.Is(ferr, syscall.EOPNOTSUPP) || errors.Is(ferr, syscall.ENOSYS) {
+		return errors.ErrUnsupported
+	}
+	if ferr != nil {
+		return &os.PathError{Op: "fallocate", Path: f.Name(), Err: ferr}
+	}
+	return nil
+}
