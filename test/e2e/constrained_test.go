@@ -110,7 +110,9 @@ func TestConstrainedWorkerTokenAlone(t *testing.T) {
 	if _, err := c.Client.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = c.Client.RbacV1().ClusterRoleBindings().Delete(context.Background(), crb.Name, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = c.Client.RbacV1().ClusterRoleBindings().Delete(context.Background(), crb.Name, metav1.DeleteOptions{})
+	})
 
 	w := newWorkerClient(t, e)
 	configmaps := "/api/v1/namespaces/" + ns + "/configmaps"
@@ -136,15 +138,17 @@ func TestConstrainedWorkerTokenAlone(t *testing.T) {
 		{name: "system:nodes", path: configmaps, user: "alice", groups: []string{"system:nodes"},
 			code: 403, want: `cannot impersonate:user-info resource "groups"`},
 		{name: "a ServiceAccount", path: configmaps, user: "system:serviceaccount:kube-system:default",
-			code: 403, want: `cannot impersonate resource "serviceaccounts"`},
+			code: 403, want: `cannot impersonate-on:serviceaccount:list resource "configmaps"`},
+		{name: "a ServiceAccount with a listed group", path: configmaps, user: "system:serviceaccount:kube-system:default",
+			groups: []string{"limen:view"}, code: 403, want: `cannot impersonate resource "serviceaccounts"`},
 		{name: "a node", path: configmaps, user: "system:node:" + nodeName(t),
-			code: 403, want: `cannot impersonate resource "users"`},
+			code: 403, want: `cannot impersonate-on:arbitrary-node:list resource "configmaps"`},
 		{name: "a uid", path: configmaps, user: "alice", groups: []string{"limen:view"}, uid: "0",
 			code: 403, want: `cannot impersonate:user-info resource "uids"`},
 		{name: "the legacy session extra", path: configmaps, user: "alice", groups: []string{"limen:view"},
 			extra: map[string]string{impersonate.SessionExtraLegacy: "0123"}, code: 403, want: "must be a domain-prefixed path"},
 		{name: "another extra", path: configmaps, user: "alice", groups: []string{"limen:view"},
-			extra: map[string]string{"limenhq.github.io/scopes": "all"}, code: 403, want: `cannot impersonate:user-info resource "userextras"`},
+			extra: map[string]string{"limenhq.github.io/scopes": "all"}, code: 403, want: `cannot impersonate:user-info resource "userextras/limenhq.github.io/scopes"`},
 		{name: "a resource off the list", path: "/api/v1/namespaces/" + ns + "/secrets", user: "alice", groups: []string{"limen:edit"},
 			code: 403, want: `cannot impersonate-on:user-info:list resource "secrets"`},
 		{name: "a non-resource URL off the list", path: "/metrics", user: "alice", groups: []string{"limen:edit"},
