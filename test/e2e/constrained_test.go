@@ -94,10 +94,11 @@ func TestConstrainedRefusesResourcesOffTheList(t *testing.T) {
 // and no Limen in between, each identity outside the manifest's lists is
 // refused by the API server: system:masters, a group the manifest does not
 // name even when RBAC makes it cluster-admin, a ServiceAccount, a node, a
-// UID, an extra other than the session, and a resource off the list. The
-// same token, shaped as the worker shapes requests, works, so the
-// refusals are the manifest's. And the token has no legacy impersonate
-// verb at all.
+// UID, an extra other than the session, and a resource off the list, even
+// as a system: user whose RBAC reads every Secret (user names cannot be
+// listed, so the list of resources is what bounds such a user). The same
+// token, shaped as the worker shapes requests, works, so the refusals are
+// the manifest's. And the token has no legacy impersonate verb at all.
 func TestConstrainedWorkerTokenAlone(t *testing.T) {
 	e := constrainedGateway(t)
 	ns := clustertest.Namespace(t)
@@ -150,6 +151,9 @@ func TestConstrainedWorkerTokenAlone(t *testing.T) {
 		{name: "another extra", path: configmaps, user: "alice", groups: []string{"limen:view"},
 			extra: map[string]string{"limenhq.github.io/scopes": "all"}, code: 403, want: `cannot impersonate:user-info resource "userextras/limenhq.github.io/scopes"`},
 		{name: "a resource off the list", path: "/api/v1/namespaces/" + ns + "/secrets", user: "alice", groups: []string{"limen:edit"},
+			code: 403, want: `cannot impersonate-on:user-info:list resource "secrets"`},
+		{name: "a system: user whose RBAC reads every Secret", path: "/api/v1/secrets", user: "system:kube-controller-manager",
+			groups: []string{"limen:view"}, extra: map[string]string{session: "0123"},
 			code: 403, want: `cannot impersonate-on:user-info:list resource "secrets"`},
 		{name: "a non-resource URL off the list", path: "/metrics", user: "alice", groups: []string{"limen:edit"},
 			code: 403, want: `cannot impersonate-on:user-info:get path "/metrics"`},
