@@ -136,9 +136,13 @@ func runWorker(cmd *cobra.Command, _ []string) error {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
-	// Policy settings are checked before enrolling: a refused bundle URL
-	// must not cost a one-time join token.
+	// Policy and impersonation settings are checked before enrolling: a
+	// refused bundle URL or user prefix must not cost a one-time join token.
 	popts, err := policyOptions(v, log)
+	if err != nil {
+		return err
+	}
+	im, err := loadWorkerImpersonation(v)
 	if err != nil {
 		return err
 	}
@@ -157,7 +161,7 @@ func runWorker(cmd *cobra.Command, _ []string) error {
 	}
 	s, err := worker.New(cmd.Context(), worker.Config{
 		Identity: w, DataDir: c.DataDir,
-		APIServer: kc.APIServer, CAFile: kc.CAFile, TokenFile: kc.TokenFile, Labels: kc.Labels, Impersonation: kc.Impersonation,
+		APIServer: kc.APIServer, CAFile: kc.CAFile, TokenFile: kc.TokenFile, Labels: kc.Labels, Impersonation: im,
 		Policy: popts, RecordingMaxBytes: c.RecordingMaxBytes, Logger: log,
 	})
 	if err != nil {
@@ -174,14 +178,12 @@ func runWorker(cmd *cobra.Command, _ []string) error {
 	return err
 }
 
-// workerKubeConfig is how the worker reaches its API server and whom it
-// impersonates there.
+// workerKubeConfig is how the worker reaches its API server.
 type workerKubeConfig struct {
-	APIServer     string
-	CAFile        string
-	TokenFile     string
-	Labels        map[string]string
-	Impersonation impersonate.Config
+	APIServer string
+	CAFile    string
+	TokenFile string
+	Labels    map[string]string
 }
 
 func addWorkerKubeFlags(f *pflag.FlagSet) {
@@ -214,14 +216,20 @@ func loadWorkerKubeConfig(v *viper.Viper) (workerKubeConfig, error) {
 		}
 		c.Labels[k] = val
 	}
-	c.Impersonation.UserPrefix = v.GetString("kube-user-prefix")
-	if err := impersonate.ValidateUserPrefix(c.Impersonation.UserPrefix); err != nil {
+	return c, nil
+}
+
+// loadWorkerImpersonation reads whom the worker impersonates at the
+// cluster: the user prefix and the RBAC variant the cluster grants.
+func loadWorkerImpersonation(v *viper.Viper) (impersonate.Config, error) {
+	c := impersonate.Config{UserPrefix: v.GetString("kube-user-prefix")}
+	if err := impersonate.ValidateUserPrefix(c.UserPrefix); err != nil {
 		return c, fmt.Errorf("kube-user-prefix: %w; set --kube-user-prefix or LIMEN_KUBE_USER_PREFIX to a prefix such as \"limen:\", or leave it empty", err)
 	}
 	mode, err := impersonate.ParseMode(v.GetString("kube-impersonation"))
 	if err != nil {
 		return c, fmt.Errorf("kube-impersonation: %w; set --kube-impersonation or LIMEN_KUBE_IMPERSONATION", err)
 	}
-	c.Impersonation.Mode = mode
+	c.Mode = mode
 	return c, nil
 }

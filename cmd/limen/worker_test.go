@@ -74,8 +74,7 @@ func TestWorkerRecordingMaxBytes(t *testing.T) {
 // "system:" names (or bots' names), or an unknown mode, is refused at start
 // with an error naming the key.
 func TestWorkerKubeUserPrefix(t *testing.T) {
-	base := []string{"--data-dir", t.TempDir(), "--proxy", "p:1", "--kube-cluster", "demo",
-		"--kube-api-server", "https://127.0.0.1:6443", "--kube-token-file", "/dev/null"}
+	base := []string{"--data-dir", t.TempDir(), "--proxy", "p:1", "--kube-cluster", "demo"}
 	tests := []struct {
 		name   string
 		args   []string
@@ -115,14 +114,14 @@ func TestWorkerKubeUserPrefix(t *testing.T) {
 			}
 			root := newRootCmd()
 			worker, _, _ := root.Find([]string{"worker"})
-			var got workerKubeConfig
+			var got impersonate.Config
 			var cfgErr error
 			worker.RunE = func(cmd *cobra.Command, _ []string) error {
 				v, err := loadConfig(cmd)
 				if err != nil {
 					return err
 				}
-				got, cfgErr = loadWorkerKubeConfig(v)
+				got, cfgErr = loadWorkerImpersonation(v)
 				return nil
 			}
 			root.SetArgs(append(args, tt.args...))
@@ -135,9 +134,26 @@ func TestWorkerKubeUserPrefix(t *testing.T) {
 				}
 				return
 			}
-			if cfgErr != nil || got.Impersonation.UserPrefix != tt.prefix || got.Impersonation.Mode != tt.mode {
-				t.Fatalf("got %+v, %v; want prefix %q, mode %s", got.Impersonation, cfgErr, tt.prefix, tt.mode)
+			if cfgErr != nil || got.UserPrefix != tt.prefix || got.Mode != tt.mode {
+				t.Fatalf("got %+v, %v; want prefix %q, mode %s", got, cfgErr, tt.prefix, tt.mode)
 			}
 		})
+	}
+}
+
+// TestWorkerRefusesThePrefixBeforeEnrolling: a refused prefix stops the
+// worker before it spends its one-time join token (the proxy address here
+// cannot be dialled, so an attempt to enroll would fail otherwise).
+func TestWorkerRefusesThePrefixBeforeEnrolling(t *testing.T) {
+	dir := t.TempDir()
+	root := newRootCmd()
+	root.SetArgs([]string{"worker", "--data-dir", dir, "--proxy", "127.0.0.1:1", "--kube-cluster", "demo",
+		"--join-token", "not-a-token", "--kube-user-prefix", "system:limen:"})
+	err := root.Execute()
+	if err == nil || !strings.HasPrefix(err.Error(), "kube-user-prefix:") {
+		t.Fatalf("limen worker: %v, want the refusal of kube-user-prefix before anything else", err)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Fatalf("the refused worker wrote %v into its data directory", entries)
 	}
 }
