@@ -71,10 +71,10 @@ type Options struct {
 	// Bin is a limen binary to run instead of building one, for a second
 	// Env in the same test binary (the build links for seconds).
 	Bin string
-	// RBAC is the worker RBAC of deploy/kube the worker runs under:
+	// RBAC is the worker RBAC of deploy/kube the workers run under:
 	// impersonate.ModeLegacy (worker-rbac.yaml) or ModeConstrained
-	// (worker-rbac-constrained.yaml, and the worker started with
-	// --kube-impersonation constrained). Empty takes $LIMEN_E2E_RBAC, so
+	// (worker-rbac-constrained.yaml); every worker is started with the
+	// matching --kube-impersonation. Empty takes $LIMEN_E2E_RBAC, so
 	// that the whole e2e suite can run under either; unset, legacy.
 	RBAC impersonate.Mode
 	// ServiceAccount is the worker's ServiceAccount in limen-system; empty
@@ -119,9 +119,6 @@ func StartWith(ctx context.Context, c *controlplane.Cluster, dir string, log io.
 	}
 	if opts.ServiceAccount == "" {
 		opts.ServiceAccount = manifestServiceAccount
-	}
-	if opts.RBAC == impersonate.ModeConstrained {
-		opts.WorkerArgs = append([]string{"--kube-impersonation", string(impersonate.ModeConstrained)}, opts.WorkerArgs...)
 	}
 	root, err := repoRoot()
 	if err != nil {
@@ -190,6 +187,11 @@ func (e *Env) Home(user string) string { return filepath.Join(e.Dir, "home-"+use
 
 // RBAC is the worker RBAC variant this Env's worker runs under.
 func (e *Env) RBAC() impersonate.Mode { return e.opts.RBAC }
+
+// impersonationArgs tell every worker of e the RBAC its token holds.
+func (e *Env) impersonationArgs() []string {
+	return []string{"--kube-impersonation", string(e.opts.RBAC)}
+}
 
 // ServiceAccount is the worker's ServiceAccount in limen-system.
 func (e *Env) ServiceAccount() string { return e.opts.ServiceAccount }
@@ -342,6 +344,7 @@ func (e *Env) startWorker(ctx context.Context, token string, extra []string) err
 	args := []string{"worker", "--proxy", e.ProxyAddr, "--kube-cluster", ClusterName, "--data-dir", e.workerDir(),
 		"--kube-api-server", e.Cluster.Server, "--kube-ca-file", e.Cluster.CAFile, "--kube-token-file", e.TokenFile,
 		"--kube-cluster-label", "env=dev"}
+	args = append(args, e.impersonationArgs()...)
 	if token != "" {
 		args = append(args, "--join-token", token)
 	}
@@ -572,6 +575,7 @@ func (e *Env) StartExtraWorker(ctx context.Context, name string) (func(), error)
 		"--data-dir", filepath.Join(e.Dir, name), "--join-token", strings.TrimSpace(token),
 		"--kube-api-server", e.Cluster.Server, "--kube-ca-file", e.Cluster.CAFile, "--kube-token-file", e.TokenFile,
 		"--kube-cluster-label", "env=dev")
+	cmd.Args = append(cmd.Args, e.impersonationArgs()...)
 	connected := e.proxyLogCount(proxyLogConnected)
 	lines, err := e.spawn(cmd, name)
 	if err != nil {
