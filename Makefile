@@ -8,10 +8,10 @@ LDFLAGS := -X github.com/limenhq/limen/gateway/buildinfo.Version=$(VERSION) \
            -X github.com/limenhq/limen/gateway/buildinfo.Commit=$(COMMIT)
 TEST_TIMEOUT ?= 25m
 
-.PHONY: demo help build test unit e2e lint cluster-build cluster-up cluster-down cluster-env opa-test bundle bench bench-quick stress
+.PHONY: demo help build test unit e2e e2e-constrained lint cluster-build cluster-up cluster-down cluster-env opa-test bundle bench bench-quick stress
 
 help: ## list the targets
-	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
 demo: cluster-build ## run Limen end to end: control plane, proxy, worker, users, kubectl through Limen
 	$(GO) run ./test/demo $(DEMO_FLAGS)
@@ -27,6 +27,9 @@ unit: ## unit tests only (no control plane)
 
 e2e: cluster-build ## tests against the real control plane only
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./test/...
+
+e2e-constrained: cluster-build ## the e2e suite with the worker under deploy/kube/worker-rbac-constrained.yaml
+	LIMEN_E2E_RBAC=constrained $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./test/e2e/
 
 lint: ## go vet and a gofmt check
 	$(GO) vet ./...

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/limenhq/limen/gateway/enroll"
+	"github.com/limenhq/limen/gateway/impersonate"
 	"github.com/limenhq/limen/gateway/recording"
 	"github.com/limenhq/limen/gateway/worker"
 )
@@ -42,7 +43,20 @@ proxy sends: it verifies the grant, re-checks the groups against its own
 policy, strips client identity headers, impersonates, forwards to
 --kube-api-server with the ServiceAccount token in --kube-token-file, and
 sends the audit event ahead of each response. The --kube-* flags default to
-the in-cluster values.`,
+the in-cluster values.
+
+Users are impersonated as --kube-user-prefix followed by their name, bots as
+the prefix, "bot:" and their name, so no user takes a bot's Kubernetes name.
+The prefix is empty by default; set one (such as "limen:") when the cluster
+has users of its own whose names Limen users could share, or a RoleBinding
+for "alice" applies to Limen's alice too.
+
+--kube-impersonation names the worker RBAC the cluster grants (deploy/kube):
+"legacy" (worker-rbac.yaml, the impersonate verb) or "constrained"
+(worker-rbac-constrained.yaml, Kubernetes 1.36+, where the worker may act
+only on the resources the operator lists). Constrained impersonation accepts
+only domain-prefixed user-extra keys, so under it the session id travels as
+the extra "` + impersonate.SessionExtraConstrained + `" instead of "` + impersonate.SessionExtraLegacy + `".`,
 		Args: cobra.NoArgs,
 		RunE: runWorker,
 	}
@@ -122,9 +136,13 @@ func runWorker(cmd *cobra.Command, _ []string) error {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
-	// Policy settings are checked before enrolling: a refused bundle URL
-	// must not cost a one-time join token.
+	// Policy and impersonation settings are checked before enrolling: a
+	// refused bundle URL or user prefix must not cost a one-time join token.
 	popts, err := policyOptions(v, log)
+	if err != nil {
+		return err
+	}
+	im, err := loadWorkerImpersonation(v)
 	if err != nil {
 		return err
 	}
@@ -143,7 +161,7 @@ func runWorker(cmd *cobra.Command, _ []string) error {
 	}
 	s, err := worker.New(cmd.Context(), worker.Config{
 		Identity: w, DataDir: c.DataDir,
-		APIServer: kc.APIServer, CAFile: kc.CAFile, TokenFile: kc.TokenFile, Labels: kc.Labels,
+		APIServer: kc.APIServer, CAFile: kc.CAFile, TokenFile: kc.TokenFile, Labels: kc.Labels, Impersonation: im,
 		Policy: popts, RecordingMaxBytes: c.RecordingMaxBytes, Logger: log,
 	})
 	if err != nil {
@@ -173,6 +191,8 @@ func addWorkerKubeFlags(f *pflag.FlagSet) {
 	f.String("kube-ca-file", worker.InClusterCAFile, "CA bundle that verifies the API server")
 	f.String("kube-token-file", worker.InClusterTokenFile, "ServiceAccount token file, re-read every minute")
 	f.StringSlice("kube-cluster-label", nil, "cluster label KEY=VALUE the policy sees (repeatable; must match the proxy's --cluster-label)")
+	f.String("kube-user-prefix", "", `prefix of every Kubernetes user name Limen impersonates, e.g. "limen:" (users PREFIX+NAME, bots PREFIX+"bot:"+NAME; not "system:…" or "bot:…"; the same on every worker of a cluster)`)
+	f.String("kube-impersonation", string(impersonate.ModeLegacy), `worker RBAC the cluster grants: "legacy" (deploy/kube/worker-rbac.yaml) or "constrained" (worker-rbac-constrained.yaml, Kubernetes 1.36+)`)
 }
 
 func loadWorkerKubeConfig(v *viper.Viper) (workerKubeConfig, error) {
@@ -196,5 +216,20 @@ func loadWorkerKubeConfig(v *viper.Viper) (workerKubeConfig, error) {
 		}
 		c.Labels[k] = val
 	}
+	return c, nil
+}
+
+// loadWorkerImpersonation reads whom the worker impersonates at the
+// cluster: the user prefix and the RBAC variant the cluster grants.
+func loadWorkerImpersonation(v *viper.Viper) (impersonate.Config, error) {
+	c := impersonate.Config{UserPrefix: v.GetString("kube-user-prefix")}
+	if err := impersonate.ValidateUserPrefix(c.UserPrefix); err != nil {
+		return c, fmt.Errorf("kube-user-prefix: %w; set --kube-user-prefix or LIMEN_KUBE_USER_PREFIX to a prefix such as \"limen:\", or leave it empty", err)
+	}
+	mode, err := impersonate.ParseMode(v.GetString("kube-impersonation"))
+	if err != nil {
+		return c, fmt.Errorf("kube-impersonation: %w; set --kube-impersonation or LIMEN_KUBE_IMPERSONATION", err)
+	}
+	c.Mode = mode
 	return c, nil
 }

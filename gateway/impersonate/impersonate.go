@@ -1,6 +1,7 @@
 // Package impersonate is the header hygiene both hops apply: every identity
 // header a client sent is deleted, and the worker sets the impersonation
-// headers from a verified grant.
+// headers from a verified grant, under the Kubernetes user name Config.User
+// gives the principal (identity.go).
 package impersonate
 
 import (
@@ -9,6 +10,8 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
+
+	"github.com/limenhq/limen/gateway/identity"
 )
 
 // IsIdentityHeader reports whether name (in any case) is a header the client
@@ -67,26 +70,29 @@ func StripIdentity(h http.Header) []string {
 	return removed
 }
 
-// Header names set by Set.
+// Header names set by Config.Set; the session extra's depends on the Mode
+// (see SessionExtra).
 const (
-	HeaderUser    = "Impersonate-User"
-	HeaderGroup   = "Impersonate-Group"
-	HeaderSession = "Impersonate-Extra-Limen-Session"
+	HeaderUser  = "Impersonate-User"
+	HeaderGroup = "Impersonate-Group"
 )
 
 // ErrSystemGroup refuses a "system:" group, which Limen never impersonates.
 var ErrSystemGroup = errors.New("system: groups are never impersonated")
 
-// Set strips every identity header from h and then sets
-// Impersonate-User, one Impersonate-Group per group and
-// Impersonate-Extra-Limen-Session (the API server lower-cases the extra key,
-// so the cluster sees "limen-session"). It refuses empty or unprintable
-// values, a "system:" user or group, and an empty group list; on error h has
-// been stripped but carries no impersonation headers, so a caller that
-// forwards anyway sends the request as the worker itself, never as the
-// client.
-func Set(h http.Header, user string, groups []string, session string) error {
+// Set strips every identity header from h and then sets Impersonate-User
+// (p's Kubernetes user name, see User), one Impersonate-Group per group and
+// the session id as the extra SessionExtra. It refuses a principal User
+// refuses, empty or unprintable values, a "system:" user or group, and an
+// empty group list; on error h has been stripped but carries no
+// impersonation headers, so a caller that forwards anyway sends the request
+// as the worker itself, never as the client.
+func (c Config) Set(h http.Header, p identity.Principal, groups []string, session string) error {
 	StripIdentity(h)
+	user, err := c.User(p)
+	if err != nil {
+		return err
+	}
 	if err := headerValue("user", user); err != nil {
 		return err
 	}
@@ -109,7 +115,7 @@ func Set(h http.Header, user string, groups []string, session string) error {
 	}
 	h[HeaderUser] = []string{user}
 	h[HeaderGroup] = append([]string(nil), groups...)
-	h[HeaderSession] = []string{session}
+	h[c.sessionHeader()] = []string{session}
 	return nil
 }
 

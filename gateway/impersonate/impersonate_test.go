@@ -7,7 +7,11 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/limenhq/limen/gateway/identity"
 )
+
+var alice = identity.Principal{Kind: identity.KindUser, Name: "alice"}
 
 func TestStripIdentity(t *testing.T) {
 	h := http.Header{
@@ -70,7 +74,7 @@ func TestSet(t *testing.T) {
 		"Impersonate-Group": {"system:masters"},
 		"Authorization":     {"Bearer x"},
 	}
-	if err := Set(h, "alice", []string{"limen:edit", "limen:view"}, "0123"); err != nil {
+	if err := (Config{}).Set(h, alice, []string{"limen:edit", "limen:view"}, "0123"); err != nil {
 		t.Fatal(err)
 	}
 	want := http.Header{
@@ -96,24 +100,27 @@ func TestSet(t *testing.T) {
 }
 
 func TestImpersonateRefuses(t *testing.T) {
+	user := func(name string) identity.Principal { return identity.Principal{Kind: identity.KindUser, Name: name} }
 	tests := []struct {
-		name, user, session string
-		groups              []string
-		sentinel            error
+		name, session string
+		p             identity.Principal
+		groups        []string
+		sentinel      error
 	}{
-		{"no user", "", "s", []string{"g"}, nil},
-		{"system user", "system:admin", "s", []string{"g"}, ErrSystemGroup},
-		{"no groups", "alice", "s", nil, nil},
-		{"system group", "alice", "s", []string{"limen:view", "system:masters"}, ErrSystemGroup},
-		{"empty group", "alice", "s", []string{""}, nil},
-		{"CRLF in group", "alice", "s", []string{"a\r\nImpersonate-Group: system:masters"}, nil},
-		{"no session", "alice", "", []string{"g"}, nil},
-		{"NUL in user", "al\x00ice", "s", []string{"g"}, nil},
+		{"no user", "s", user(""), []string{"g"}, nil},
+		{"system user", "s", user("system:admin"), []string{"g"}, nil},
+		{"no kind", "s", identity.Principal{Name: "alice"}, []string{"g"}, nil},
+		{"no groups", "s", alice, nil, nil},
+		{"system group", "s", alice, []string{"limen:view", "system:masters"}, ErrSystemGroup},
+		{"empty group", "s", alice, []string{""}, nil},
+		{"CRLF in group", "s", alice, []string{"a\r\nImpersonate-Group: system:masters"}, nil},
+		{"no session", "", alice, []string{"g"}, nil},
+		{"NUL in user", "s", user("al\x00ice"), []string{"g"}, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			h := http.Header{"Impersonate-User": {"admin"}, "Accept": {"*/*"}}
-			err := Set(h, tt.user, tt.groups, tt.session)
+			err := (Config{}).Set(h, tt.p, tt.groups, tt.session)
 			if err == nil {
 				t.Fatal("accepted")
 			}

@@ -117,8 +117,9 @@ func (x *exchange) track(ctx context.Context) (_ context.Context, untrack func()
 
 // impersonate builds the request to the API server as the admitted
 // identity: client identity and forwarding headers are gone (admit),
-// Impersonate-User, one Impersonate-Group per admitted group and the session
-// as an extra are set, X-Forwarded-For names the client the proxy saw, and
+// Impersonate-User (the principal's Kubernetes user name, see
+// impersonate.Config.User), one Impersonate-Group per admitted group and the
+// session as an extra are set, X-Forwarded-For names the client the proxy saw, and
 // the worker's own ServiceAccount token authenticates it.
 func (x *exchange) impersonate(ctx context.Context) (*http.Request, *refusal) {
 	h, g := x.h, x.adm.grant
@@ -128,7 +129,7 @@ func (x *exchange) impersonate(ctx context.Context) (*http.Request, *refusal) {
 		return nil, &refusal{code: http.StatusServiceUnavailable, msg: "the Limen worker cannot read its ServiceAccount token; ask your operator"}
 	}
 	out := x.outbound(ctx)
-	if err := impersonate.Set(out.Header, g.Principal.Name, x.adm.groups, x.adm.req.SessionID); err != nil {
+	if err := h.Impersonation.Set(out.Header, g.Principal, x.adm.groups, x.adm.req.SessionID); err != nil {
 		return nil, &refusal{http.StatusForbidden, "Limen refuses to impersonate: " + err.Error(), "impersonation: " + err.Error()}
 	}
 	impersonate.SetForwardedFor(out.Header, x.adm.req.ClientAddr)

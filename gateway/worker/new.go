@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/limenhq/limen/gateway/buildinfo"
 	"github.com/limenhq/limen/gateway/enroll"
+	"github.com/limenhq/limen/gateway/impersonate"
 	"github.com/limenhq/limen/gateway/locks"
 	"github.com/limenhq/limen/gateway/policy"
 	"github.com/limenhq/limen/gateway/recording"
@@ -37,6 +39,9 @@ type Config struct {
 	APIServer, CAFile, TokenFile string
 	// Labels are the cluster labels the policy sees.
 	Labels map[string]string
+	// Impersonation is the Kubernetes user prefix and the RBAC variant the
+	// cluster grants (--kube-user-prefix, --kube-impersonation).
+	Impersonation impersonate.Config
 	// Policy is where the worker's own policy comes from.
 	Policy policy.Options
 	// RecordingMaxBytes caps each exec and attach recording (0: default).
@@ -80,6 +85,9 @@ func New(ctx context.Context, c Config) (_ *Server, err error) {
 	id := c.Identity
 	if id == nil {
 		return nil, errors.New("worker: Identity is required; enroll first")
+	}
+	if err := c.Impersonation.Validate(); err != nil {
+		return nil, fmt.Errorf("worker: impersonation: %w", err)
 	}
 	upstream, rt, err := Upstream(c.APIServer, c.CAFile)
 	if err != nil {
@@ -127,7 +135,7 @@ func New(ctx context.Context, c Config) (_ *Server, err error) {
 	relay := &EventRelay{Tunnel: s.Tunnel}
 	s.Handler = &Handler{
 		Cluster: policy.Cluster{Name: id.Cluster, Labels: c.Labels}, GrantKey: id.GrantKey, Policy: pol,
-		Upstream: upstream, Transport: rt, Upgrades: upgrades, Token: tokens.Token,
+		Upstream: upstream, Transport: rt, Upgrades: upgrades, Token: tokens.Token, Impersonation: c.Impersonation,
 		Locks: set, Sessions: s.Sessions,
 		Events: relay.Send, Spool: spool, Recorded: func(recording.Item) { s.uploader.Kick() },
 		RecordingMaxBytes: c.RecordingMaxBytes, Backlog: Backlog{Dir: backlog},
@@ -147,8 +155,9 @@ func (s *Server) Run(ctx context.Context) error {
 	defer cancel()
 	wg.Go(func() { _ = s.Policy.Run(ctx) })
 	wg.Go(func() { _ = s.uploader.Run(ctx) })
+	im := s.Handler.Impersonation
 	s.log.Info("worker started", "cluster", s.Handler.Cluster.Name, "api_server", s.Handler.Upstream.String(),
-		"policy", s.policySource)
+		"policy", s.policySource, "kube_user_prefix", im.UserPrefix, "impersonation", cmp.Or(im.Mode, impersonate.ModeLegacy))
 	return s.Tunnel.Run(ctx)
 }
 

@@ -23,6 +23,7 @@ import (
 	"github.com/limenhq/limen/gateway/audit"
 	"github.com/limenhq/limen/gateway/grant"
 	"github.com/limenhq/limen/gateway/identity"
+	"github.com/limenhq/limen/gateway/impersonate"
 	"github.com/limenhq/limen/gateway/locks"
 	"github.com/limenhq/limen/gateway/policy"
 	"github.com/limenhq/limen/gateway/recording"
@@ -342,6 +343,49 @@ func TestImpersonatesTheAdmittedGroupsOnly(t *testing.T) {
 	}
 	if len(b.stored()) != 0 {
 		t.Fatalf("a list opened a session: %v", b.stored())
+	}
+}
+
+// TestImpersonatesTheMappedUser: the API server sees a user as the
+// configured prefix and the name, a bot as the prefix, "bot:" and the name
+// (never a user's name), and the session under the extra of the configured
+// impersonation mode; the audit keeps the Limen principal.
+func TestImpersonatesTheMappedUser(t *testing.T) {
+	ci := identity.Principal{Kind: identity.KindBot, Name: "alice"} // a bot named like a user
+	tests := []struct {
+		name   string
+		c      impersonate.Config
+		p      identity.Principal
+		user   string
+		header string
+	}{
+		{"user, default", impersonate.Config{}, alice, "alice", "Impersonate-Extra-Limen-Session"},
+		{"bot, default", impersonate.Config{}, ci, "bot:alice", "Impersonate-Extra-Limen-Session"},
+		{"user, prefix", impersonate.Config{UserPrefix: "limen:"}, alice, "limen:alice", "Impersonate-Extra-Limen-Session"},
+		{"bot, prefix, constrained", impersonate.Config{UserPrefix: "limen:", Mode: impersonate.ModeConstrained}, ci,
+			"limen:bot:alice", "Impersonate-Extra-Limenhq.github.io%2fsession"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := newBench(t)
+			b.h.Impersonation = tt.c
+			tok, sid := b.grant(func(g *grant.Grant) { g.Principal = tt.p })
+			ev, resp, body := b.serve(tok, get(listPath))
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("list: %d %s", resp.StatusCode, body)
+			}
+			reqs := b.seen()
+			if len(reqs) != 1 {
+				t.Fatalf("the API server saw %d requests", len(reqs))
+			}
+			h := reqs[0].header
+			if h.Get("Impersonate-User") != tt.user || len(h.Values("Impersonate-User")) != 1 || h.Get(tt.header) != sid {
+				t.Fatalf("the API server saw %v, want user %q and %s: %s", h, tt.user, tt.header, sid)
+			}
+			if ev.Principal.Kind != tt.p.Kind || ev.Principal.Name != tt.p.Name {
+				t.Fatalf("kube.request names %v, want the Limen principal %v", ev.Principal, tt.p)
+			}
+		})
 	}
 }
 

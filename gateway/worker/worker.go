@@ -53,6 +53,9 @@ type Handler struct {
 	Transport http.RoundTripper
 	// Token returns the worker's current ServiceAccount token.
 	Token func() (string, error)
+	// Impersonation maps principals to Kubernetes user names and names the
+	// RBAC variant the cluster grants; the zero value is bare names, legacy.
+	Impersonation impersonate.Config
 	// Locks and Sessions are the worker's own copy of the proxy's locks and
 	// the watchdog over its responses; nil means nobody is locked and
 	// responses are not tracked.

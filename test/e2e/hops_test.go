@@ -22,6 +22,7 @@ import (
 
 	"github.com/limenhq/limen/gateway/audit"
 	"github.com/limenhq/limen/gateway/identity"
+	"github.com/limenhq/limen/gateway/impersonate"
 	"github.com/limenhq/limen/gateway/locks"
 	"github.com/limenhq/limen/gateway/policy"
 	"github.com/limenhq/limen/gateway/proxy"
@@ -129,6 +130,7 @@ func newHops(t *testing.T) *hops {
 	h.worker = &worker.Handler{
 		Cluster: demo, GrantKey: pub, Policy: pol, Upstream: upstream, Transport: rt,
 		Token: (&worker.TokenFile{Path: e.TokenFile}).Token, Logger: slog.New(slog.DiscardHandler), Now: time.Now,
+		Impersonation: impersonate.Config{Mode: e.RBAC()}, // the RBAC the token holds
 	}
 	// Session events reach the proxy as the control stream brings them.
 	h.worker.Events = func(ctx context.Context, ev audit.Event) error { return h.kube.SessionEvent(ctx, demo.Name, ev) }

@@ -204,7 +204,7 @@ func TestForgedIdentityHeadersAreStripped(t *testing.T) {
 	code, body := c.send(t, http.MethodPost, "/k8s/demo/apis/authentication.k8s.io/v1/selfsubjectreviews",
 		`{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}`,
 		"Impersonate-User: admin", "impersonate-group: system:masters", "IMPERSONATE-GROUP: limen:edit",
-		"Impersonate-Extra-Limen-Session: forged", "X-Remote-User: admin", "X-Remote-Group: system:masters",
+		"Impersonate-Extra-Limen-Session: forged", "Impersonate-Extra-Limenhq.github.io%2fsession: forged", "X-Remote-User: admin", "X-Remote-Group: system:masters",
 		"X-Limen-Principal: admin", "Authorization: Bearer forged-token")
 	if code != http.StatusCreated {
 		t.Fatalf("SelfSubjectReview with forged headers: %d %s", code, body)
@@ -222,8 +222,9 @@ func TestForgedIdentityHeadersAreStripped(t *testing.T) {
 			t.Fatalf("the API server saw the forged group %q: %+v", g, u)
 		}
 	}
-	if s := u.Extra["limen-session"]; len(s) != 1 || s[0] == "forged" {
-		t.Fatalf("limen-session extra %v, want the one session Limen set", s)
+	key := sessionExtra(gateway(t))
+	if s := u.Extra[key]; len(s) != 1 || s[0] == "forged" || len(u.Extra) != 1 {
+		t.Fatalf("extra %v, want only the one %s Limen set", u.Extra, key)
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -254,24 +253,7 @@ func TestKillEndsOneStreamWithinASecond(t *testing.T) {
 // tests' streams.
 func shortGrantGateway(t *testing.T, ttl time.Duration) *gatewaytest.Env {
 	t.Helper()
-	shared := gateway(t)
-	dir, err := os.MkdirTemp("", "limen-e2e-ttl-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	e, err := gatewaytest.StartWith(ctx, clustertest.Cluster(t), dir, os.Stderr, gatewaytest.Options{
-		Bin: shared.Bin, ProxyArgs: []string{"--grant-ttl", ttl.String()},
-	})
-	if err != nil {
-		t.Fatalf("start a proxy with --grant-ttl %s: %v", ttl, err)
-	}
-	t.Cleanup(func() {
-		e.Stop()
-		_ = os.RemoveAll(dir)
-	})
-	return e
+	return extraGateway(t, "--grant-ttl "+ttl.String(), gatewaytest.Options{ProxyArgs: []string{"--grant-ttl", ttl.String()}})
 }
 
 // TestGrantExpiryEndsStreamsWithinASecond opens alice's five kinds of

@@ -4,7 +4,17 @@ import (
 	"encoding/json"
 	"slices"
 	"testing"
+
+	"github.com/limenhq/limen/gateway/impersonate"
+	"github.com/limenhq/limen/test/gatewaytest"
 )
+
+// sessionExtra is the user-extra key e's worker sends the session id under:
+// limen-session, or limenhq.github.io/session under constrained
+// impersonation.
+func sessionExtra(e *gatewaytest.Env) string {
+	return impersonate.Config{Mode: e.RBAC()}.SessionExtra()
+}
 
 type userInfo struct {
 	Username string              `json:"username"`
@@ -40,8 +50,9 @@ func TestWhoamiShowsUserGroupsAndSession(t *testing.T) {
 			t.Errorf("groups %v lack %s", u.Groups, g)
 		}
 	}
-	if s := u.Extra["limen-session"]; len(s) != 1 || len(s[0]) != 32 {
-		t.Errorf("extra limen-session = %v, want one session id", s)
+	key := sessionExtra(gateway(t))
+	if s := u.Extra[key]; len(s) != 1 || len(s[0]) != 32 || len(u.Extra) != 1 {
+		t.Errorf("extra %v, want only %s with one session id", u.Extra, key)
 	}
 }
 

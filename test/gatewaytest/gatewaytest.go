@@ -8,6 +8,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -21,7 +22,9 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/yaml"
 
+	"github.com/limenhq/limen/gateway/impersonate"
 	"github.com/limenhq/limen/test/cluster/controlplane"
 )
 
@@ -54,6 +57,7 @@ type Env struct {
 	Log         io.Writer
 
 	opts   Options
+	root   string
 	mu     sync.Mutex
 	proxy  *exec.Cmd
 	worker *exec.Cmd
@@ -61,12 +65,41 @@ type Env struct {
 
 // Options are extra command-line arguments for the proxy and the worker,
 // passed on every start (StartProxy, StartWorker), for example
-// --debug-listen.
+// --debug-listen, and the worker's RBAC.
 type Options struct {
 	ProxyArgs, WorkerArgs []string
 	// Bin is a limen binary to run instead of building one, for a second
 	// Env in the same test binary (the build links for seconds).
 	Bin string
+	// RBAC is the worker RBAC of deploy/kube the workers run under:
+	// impersonate.ModeLegacy (worker-rbac.yaml) or ModeConstrained
+	// (worker-rbac-constrained.yaml); every worker is started with the
+	// matching --kube-impersonation. Empty takes $LIMEN_E2E_RBAC, so
+	// that the whole e2e suite can run under either; unset, legacy.
+	RBAC impersonate.Mode
+	// ServiceAccount is the worker's ServiceAccount in limen-system; empty
+	// is the manifests' limen-worker. Another name gets the variant's
+	// ClusterRoles through bindings of its own, so that a second Env's
+	// worker holds exactly its variant's rights even when the first Env's
+	// worker runs under the other.
+	ServiceAccount string
+}
+
+// RBACEnv names the environment variable that picks the worker RBAC for
+// every Env that does not set Options.RBAC: "legacy" or "constrained".
+const RBACEnv = "LIMEN_E2E_RBAC"
+
+// manifestServiceAccount is the worker's ServiceAccount in deploy/kube.
+const manifestServiceAccount = "limen-worker"
+
+// rbacFiles are the manifests of deploy/kube a variant applies: the group
+// bindings and exactly one worker RBAC (both would add up to the legacy
+// rights).
+func rbacFiles(m impersonate.Mode) []string {
+	if m == impersonate.ModeConstrained {
+		return []string{"groups.yaml", "worker-rbac-constrained.yaml"}
+	}
+	return []string{"groups.yaml", "worker-rbac.yaml"}
 }
 
 // Start builds limen, applies deploy/kube, and starts the proxy and one
@@ -77,11 +110,21 @@ func Start(ctx context.Context, c *controlplane.Cluster, dir string, log io.Writ
 
 // StartWith is Start with extra arguments for the proxy and worker.
 func StartWith(ctx context.Context, c *controlplane.Cluster, dir string, log io.Writer, opts Options) (*Env, error) {
-	e := &Env{Cluster: c, Dir: dir, Log: log, opts: opts}
+	if opts.RBAC == "" {
+		m, err := impersonate.ParseMode(os.Getenv(RBACEnv))
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", RBACEnv, err)
+		}
+		opts.RBAC = m
+	}
+	if opts.ServiceAccount == "" {
+		opts.ServiceAccount = manifestServiceAccount
+	}
 	root, err := repoRoot()
 	if err != nil {
 		return nil, err
 	}
+	e := &Env{Cluster: c, Dir: dir, Log: log, opts: opts, root: root}
 	e.Bin = opts.Bin
 	if e.Bin == "" {
 		e.Bin = filepath.Join(dir, "limen")
@@ -92,8 +135,7 @@ func StartWith(ctx context.Context, c *controlplane.Cluster, dir string, log io.
 			return nil, fmt.Errorf("go build ./cmd/limen: %w\n%s", err, out)
 		}
 	}
-	e.step("applying deploy/kube (worker RBAC, group bindings)")
-	if _, err := e.run(ctx, "", nil, controlplane.KubectlPath(c), "--kubeconfig", c.Kubeconfig, "apply", "-f", filepath.Join(root, "deploy", "kube")); err != nil {
+	if err := e.applyRBAC(ctx); err != nil {
 		return nil, err
 	}
 	if err := e.writeWorkerToken(ctx); err != nil {
@@ -143,14 +185,98 @@ func (e *Env) WorkerDataDir() string { return e.workerDir() }
 // Home is the LIMEN_HOME of a user's profile.
 func (e *Env) Home(user string) string { return filepath.Join(e.Dir, "home-"+user) }
 
+// RBAC is the worker RBAC variant this Env's worker runs under.
+func (e *Env) RBAC() impersonate.Mode { return e.opts.RBAC }
+
+// impersonationArgs tell every worker of e the RBAC its token holds.
+func (e *Env) impersonationArgs() []string {
+	return []string{"--kube-impersonation", string(e.opts.RBAC)}
+}
+
+// ServiceAccount is the worker's ServiceAccount in limen-system.
+func (e *Env) ServiceAccount() string { return e.opts.ServiceAccount }
+
+// applyRBAC applies the group bindings and the variant's worker RBAC from
+// deploy/kube, as an operator would; for a ServiceAccount other than the
+// manifests' own, the ServiceAccount and the bindings are renamed and
+// nothing else changes.
+func (e *Env) applyRBAC(ctx context.Context) error {
+	files := rbacFiles(e.opts.RBAC)
+	e.step("applying deploy/kube/{%s} for ServiceAccount limen-system/%s", strings.Join(files, ","), e.opts.ServiceAccount)
+	var objs []map[string]any
+	for _, f := range files {
+		docs, err := manifests(filepath.Join(e.root, "deploy", "kube", f))
+		if err != nil {
+			return err
+		}
+		objs = append(objs, docs...)
+	}
+	if sa := e.opts.ServiceAccount; sa != manifestServiceAccount {
+		for _, o := range objs {
+			renameServiceAccount(o, manifestServiceAccount, sa)
+		}
+	}
+	list, err := json.Marshal(map[string]any{"apiVersion": "v1", "kind": "List", "items": objs})
+	if err != nil {
+		return err
+	}
+	_, err = e.run(ctx, string(list), nil, controlplane.KubectlPath(e.Cluster), "--kubeconfig", e.Cluster.Kubeconfig, "apply", "-f", "-")
+	return err
+}
+
+// manifests reads the YAML documents of a manifest file.
+func manifests(path string) ([]map[string]any, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var objs []map[string]any
+	dec := yaml.NewYAMLOrJSONDecoder(f, 4096)
+	for {
+		var o map[string]any
+		if err := dec.Decode(&o); err == io.EOF {
+			return objs, nil
+		} else if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		if o != nil {
+			objs = append(objs, o)
+		}
+	}
+}
+
+// renameServiceAccount makes a manifest object about ServiceAccount from
+// about to: the ServiceAccount itself, and a binding's name and subjects
+// (a binding named for from's variant gets to's name appended, so that it
+// does not replace the binding of another Env's worker).
+func renameServiceAccount(o map[string]any, from, to string) {
+	meta, _ := o["metadata"].(map[string]any)
+	switch o["kind"] {
+	case "ServiceAccount":
+		if meta["name"] == from {
+			meta["name"] = to
+		}
+	case "ClusterRoleBinding", "RoleBinding":
+		subjects, _ := o["subjects"].([]any)
+		for _, s := range subjects {
+			if s, ok := s.(map[string]any); ok && s["kind"] == "ServiceAccount" && s["name"] == from {
+				s["name"] = to
+				meta["name"] = fmt.Sprint(meta["name"], "-", to)
+			}
+		}
+	}
+}
+
 // writeWorkerToken asks the API server for a ServiceAccount token of the
 // worker (TokenRequest), as a projected volume would hold it.
 func (e *Env) writeWorkerToken(ctx context.Context) error {
 	exp := int64(3600)
-	tr, err := e.Cluster.Client.CoreV1().ServiceAccounts("limen-system").CreateToken(ctx, "limen-worker",
+	sa := e.opts.ServiceAccount
+	tr, err := e.Cluster.Client.CoreV1().ServiceAccounts("limen-system").CreateToken(ctx, sa,
 		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &exp}}, metav1.CreateOptions{})
 	if err != nil {
-		return fmt.Errorf("TokenRequest for limen-system/limen-worker: %w", err)
+		return fmt.Errorf("TokenRequest for limen-system/%s: %w", sa, err)
 	}
 	e.TokenFile = filepath.Join(e.Dir, "worker-token")
 	return os.WriteFile(e.TokenFile, []byte(tr.Status.Token), 0o600)
@@ -218,6 +344,7 @@ func (e *Env) startWorker(ctx context.Context, token string, extra []string) err
 	args := []string{"worker", "--proxy", e.ProxyAddr, "--kube-cluster", ClusterName, "--data-dir", e.workerDir(),
 		"--kube-api-server", e.Cluster.Server, "--kube-ca-file", e.Cluster.CAFile, "--kube-token-file", e.TokenFile,
 		"--kube-cluster-label", "env=dev"}
+	args = append(args, e.impersonationArgs()...)
 	if token != "" {
 		args = append(args, "--join-token", token)
 	}
@@ -448,6 +575,7 @@ func (e *Env) StartExtraWorker(ctx context.Context, name string) (func(), error)
 		"--data-dir", filepath.Join(e.Dir, name), "--join-token", strings.TrimSpace(token),
 		"--kube-api-server", e.Cluster.Server, "--kube-ca-file", e.Cluster.CAFile, "--kube-token-file", e.TokenFile,
 		"--kube-cluster-label", "env=dev")
+	cmd.Args = append(cmd.Args, e.impersonationArgs()...)
 	connected := e.proxyLogCount(proxyLogConnected)
 	lines, err := e.spawn(cmd, name)
 	if err != nil {
