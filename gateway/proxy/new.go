@@ -184,6 +184,7 @@ func (s *Server) newKube(c Config) *Kube {
 		Policy:   s.Policy,
 		Tunnel:   s.Tunnel,
 		Audit:    s.Denials,
+		Starts:   s.Audit,
 		GrantKey: s.CA.GrantSigningKey(),
 		Locks:    s.LockSet,
 		Sessions: s.Sessions,

@@ -140,7 +140,10 @@ func newHops(t *testing.T) *hops {
 			return identity.Principal{Kind: identity.KindUser, Name: "alice", Traits: map[string][]string{"groups": {"dev"}}},
 				time.Now().Add(time.Hour), nil
 		},
-		Policy: pol, Tunnel: h.opener, Audit: store, GrantKey: priv,
+		Policy: pol, Tunnel: h.opener, Audit: store, Starts: store, GrantKey: priv,
+		// The proxy accepts a worker's session events only for sessions
+		// it relays, which its registry knows.
+		Sessions: proxySessions(t),
 		Clusters: func(string) policy.Cluster { return demo },
 		Logger:   slog.New(slog.DiscardHandler), Now: time.Now,
 	}
@@ -151,6 +154,12 @@ func newHops(t *testing.T) *hops {
 	t.Cleanup(srv.Close)
 	h.baseURL = srv.URL
 	return h
+}
+
+func proxySessions(t *testing.T) *sessions.Registry {
+	reg := sessions.New(sessions.Config{Logger: slog.New(slog.DiscardHandler)})
+	t.Cleanup(reg.Close)
+	return reg
 }
 
 // recordStreams lets the worker relay exec, attach and port-forward as the
