@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/limenhq/limen/gateway/audit"
+	"github.com/limenhq/limen/gateway/bytesize"
 	"github.com/limenhq/limen/gateway/grant"
 	"github.com/limenhq/limen/gateway/identity"
 	"github.com/limenhq/limen/gateway/impersonate"
@@ -77,6 +78,10 @@ type Kube struct {
 	Clusters func(name string) policy.Cluster
 	// GrantTTL bounds a grant's life; it never outlives the certificate.
 	GrantTTL time.Duration
+	// AuditRoom, if set, says whether the audit trail has room for the
+	// request's events (audit.Store.Room): a full one refuses the request
+	// before anything is forwarded.
+	AuditRoom func(ctx context.Context) error
 	// Starts finds a session's stored session.start when the registry no
 	// longer knows the session (SessionEvent); nil: only the registry.
 	Starts StartFinder
@@ -124,6 +129,13 @@ func (k *Kube) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if k.Locks != nil {
 		if err := k.Locks.Check(p, now); err != nil {
 			deny(http.StatusForbidden, p, "locked: "+err.Error(), err.Error())
+			return
+		}
+	}
+	if k.AuditRoom != nil {
+		if err := k.AuditRoom(r.Context()); err != nil {
+			k.Logger.Error("request refused: the audit trail has no room", "err", err)
+			writeStatus(w, http.StatusServiceUnavailable, auditDownMessage(err, "the request was refused"))
 			return
 		}
 	}
@@ -235,6 +247,17 @@ func (k *Kube) denied(r *http.Request, p identity.Principal, cluster, reason str
 	if err := k.Audit.Emit(r.Context(), ev); err != nil {
 		k.Logger.Error("audit auth.denied", "err", err, "reason", reason)
 	}
+}
+
+// auditDownMessage tells the user why the audit trail cannot take the
+// request, and what became of it: the limit, when it is full.
+func auditDownMessage(err error, what string) string {
+	var full *audit.FullError
+	if errors.As(err, &full) {
+		return fmt.Sprintf("Limen's audit database is full (its limit, audit-max-bytes, is %s), so %s: Limen forwards nothing it cannot audit. "+
+			"Ask your operator to delete or archive old audit events or raise audit-max-bytes", bytesize.Format(full.Max), what)
+	}
+	return "Limen's audit trail is unavailable, so " + what + "; try again later"
 }
 
 // writeStatus answers the request itself (kstatus.Refusal).

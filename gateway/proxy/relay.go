@@ -80,7 +80,7 @@ func (k *Kube) newRelay() {
 			}
 			if errors.Is(err, errAuditUnavailable) {
 				k.Logger.Error("audit unavailable: response dropped", "err", err)
-				writeStatus(w, http.StatusServiceUnavailable, "Limen's audit trail is unavailable, so the response was dropped; try again later")
+				writeStatus(w, http.StatusServiceUnavailable, auditDownMessage(err, "the response was dropped"))
 				return
 			}
 			if errors.Is(err, context.Canceled) {

@@ -30,11 +30,16 @@ const spoolReserve = 1 << 20
 // session holds none.
 var blocks = sync.Pool{New: func() any { b := make([]byte, 0, spoolBlock); return &b }}
 
-// Create starts the recording id. Write to the File, then Commit it.
+// Create starts the recording id. Write to the File, then Commit it. A
+// spool with less than MinMaxBytes of room refuses it (*SpoolFullError), so
+// that a session refused for want of room never starts.
 func (s *Spool) Create(id string) (*File, error) {
 	p, err := s.path(id, extCast+extPart)
 	if err != nil {
 		return nil, err
+	}
+	if err := s.room(MinMaxBytes); err != nil {
+		return nil, fmt.Errorf("spool: recording %s refused: %w", id, err)
 	}
 	if _, err := os.Stat(filepath.Join(s.dir, id+extCast)); err == nil {
 		return nil, fmt.Errorf("spool: recording %q already exists", id)
@@ -80,14 +85,22 @@ type File struct {
 var errFileClosed = errors.New("spool: recording already committed or discarded")
 
 // Write appends p to the recording: when it returns nil, the spool holds p,
-// and its disk space is reserved.
+// and its disk space is reserved. A write that would take the spool past its
+// limit is refused whole (*SpoolFullError), like one the disk has no room
+// for: the session must end.
 func (f *File) Write(p []byte) (int, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.usable(); err != nil {
 		return 0, err
 	}
+	// Room for the checksum file Commit adds too.
+	if err := f.s.room(int64(len(p)) + sumFileSize); err != nil {
+		return 0, err
+	}
+	f.s.used.Add(int64(len(p)))
 	if err := f.makeRoom(int64(len(p))); err != nil {
+		f.s.used.Add(-int64(len(p)))
 		// Nothing of p was taken, so what the File holds is still whole
 		// lines and can be committed: the caller ends the session.
 		return 0, fmt.Errorf("reserve room in the spool: %w", err)
@@ -105,6 +118,7 @@ func (f *File) Write(p []byte) (int, error) {
 		f.n += int64(k)
 		if len(*f.buf) == cap(*f.buf) {
 			if err := f.launch(); err != nil {
+				f.s.used.Add(int64(n - len(p))) // only n of p was taken
 				return n, err
 			}
 		}
@@ -283,6 +297,7 @@ func (f *File) Discard() error {
 	if err := os.Remove(f.f.Name()); err != nil {
 		return fmt.Errorf("spool discard %s: %w", f.id, err)
 	}
+	f.s.used.Add(-f.n)
 	if cerr != nil {
 		return fmt.Errorf("spool discard %s: %w", f.id, cerr)
 	}
