@@ -367,3 +367,41 @@ func TestSessionEvent(t *testing.T) {
 		t.Fatalf("stored %+v, want alice's one session.end", evs)
 	}
 }
+
+// TestFullAuditRefusesRequests: with the audit database at its size limit,
+// a request is refused before anything reaches a worker, with a 503 that
+// names the limit and what to do. Without the up-front check, the worker's
+// event is refused and the response dropped, saying the same.
+func TestFullAuditRefusesRequests(t *testing.T) {
+	f := newFront(t)
+	full, err := audit.Open(context.Background(), filepath.Join(t.TempDir(), audit.FileName), audit.Options{MaxBytes: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { full.Close() })
+	f.store, f.kube.Audit, f.kube.AuditRoom = full, full, full.Room
+	ev := audit.Event{Type: audit.TypeAuthDenied, Time: time.Now(), Denied: &audit.Denied{Hop: audit.HopProxy, Reason: strings.Repeat("filler ", 100)}}
+	for i := 0; full.Emit(context.Background(), ev) == nil; i++ {
+		if i == 10000 {
+			t.Fatal("10000 events stored in a 64 KiB audit database: its limit is ignored")
+		}
+	}
+	code, body := f.get(t, "/k8s/demo/api", nil)
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, "audit database is full") ||
+		!strings.Contains(body, "audit-max-bytes, is 64 KiB") || !strings.Contains(body, "delete or archive old audit events") {
+		t.Fatalf("%d %s, want 503 naming the limit and what to do", code, body)
+	}
+	select {
+	case r := <-f.worker.got:
+		t.Fatalf("the worker got %s while the audit database was full", r.URL)
+	default:
+	}
+
+	f.kube.AuditRoom = nil
+	code, body = f.get(t, "/k8s/demo/api", nil)
+	<-f.worker.got
+	if code != http.StatusServiceUnavailable || strings.Contains(body, "relayed") ||
+		!strings.Contains(body, "audit-max-bytes, is 64 KiB), so the response was dropped") {
+		t.Fatalf("%d %s, want the response dropped with a 503 naming the limit", code, body)
+	}
+}

@@ -211,7 +211,7 @@ func (s *Store) room(part string, c Chunk) error {
 			// The upload starts over: its part file is replaced.
 			return s.used - fileSize(part) + max(c.Size, int64(len(c.Data))) + sumFileSize
 		}
-		return s.used + int64(len(c.Data))
+		return s.used + int64(len(c.Data)) + sumFileSize
 	}
 	if need() <= s.max {
 		return nil
