@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -104,7 +105,7 @@ func TestStorageStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := st.Emit(ctx, audit.Event{Type: audit.TypeAuthDenied, Time: time.Now(),
-		Denied: &audit.Denied{Hop: audit.HopProxy, Reason: "test"}}); err != nil {
+		Denied: &audit.Denied{Hop: audit.HopProxy, Action: audit.ActionKube, Reason: "test"}}); err != nil {
 		t.Fatal(err)
 	}
 	st.Close()
@@ -133,10 +134,15 @@ func TestStorageStatus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	filler := audit.Event{Type: audit.TypeAuthDenied, Time: time.Now(), Denied: &audit.Denied{Hop: audit.HopProxy, Reason: strings.Repeat("filler ", 100)}}
-	for i := 0; st.Emit(ctx, filler) == nil; i++ {
-		if i == 100000 {
-			t.Fatal("100000 events stored in a 1 MiB audit database: its limit is ignored")
+	filler := audit.Event{Type: audit.TypeAuthDenied, Time: time.Now(),
+		Denied: &audit.Denied{Hop: audit.HopProxy, Action: audit.ActionKube, Reason: strings.Repeat("filler ", 100)}}
+	for i := 0; ; i++ {
+		err := st.Emit(ctx, filler)
+		if errors.Is(err, audit.ErrFull) {
+			break
+		}
+		if err != nil || i == 100000 {
+			t.Fatalf("filling a 1 MiB audit database: %v after %d events, want ErrFull", err, i)
 		}
 	}
 	st.Close()

@@ -380,10 +380,15 @@ func TestFullAuditRefusesRequests(t *testing.T) {
 	}
 	t.Cleanup(func() { full.Close() })
 	f.store, f.kube.Audit, f.kube.AuditRoom = full, full, full.Room
-	ev := audit.Event{Type: audit.TypeAuthDenied, Time: time.Now(), Denied: &audit.Denied{Hop: audit.HopProxy, Reason: strings.Repeat("filler ", 100)}}
-	for i := 0; full.Emit(context.Background(), ev) == nil; i++ {
-		if i == 10000 {
-			t.Fatal("10000 events stored in a 64 KiB audit database: its limit is ignored")
+	ev := audit.Event{Type: audit.TypeAuthDenied, Time: time.Now(),
+		Denied: &audit.Denied{Hop: audit.HopProxy, Action: audit.ActionKube, Reason: strings.Repeat("filler ", 100)}}
+	for i := 0; ; i++ {
+		err := full.Emit(context.Background(), ev)
+		if errors.Is(err, audit.ErrFull) {
+			break
+		}
+		if err != nil || i == 10000 {
+			t.Fatalf("filling a 64 KiB audit database: %v after %d events, want ErrFull", err, i)
 		}
 	}
 	code, body := f.get(t, "/k8s/demo/api", nil)
