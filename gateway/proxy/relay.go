@@ -232,7 +232,7 @@ func (k *Kube) readHead(conn net.Conn, req *http.Request, g grant.Grant, sr gran
 	if _, err := br.Peek(1); err != nil {
 		return nil, audit.Event{}, nil, fmt.Errorf("read audit event from worker: %w", err)
 	}
-	_ = conn.SetReadDeadline(k.Now().Add(timeout))
+	_ = conn.SetReadDeadline(time.Now().Add(timeout)) // the wall clock: Now may be a test's
 	ev, err := audit.ReadEvent(br, 0)
 	if err != nil {
 		return nil, ev, nil, fmt.Errorf("read audit event from worker: %w", headErr(err, timeout, maxHead))
