@@ -45,7 +45,8 @@ func refuse(format string, a ...any) error {
 // worker's own hop, for the stream's session and the grant's principal and
 // cluster, with groups among the grant's, is accepted. A worker that could
 // not verify the grant knows only the stream's own facts: its auth.denied
-// names the session but no principal, and the proxy fills it in.
+// names the session but no principal, and the proxy fills in the grant's
+// principal and cluster.
 func requestEvent(ev audit.Event, g grant.Grant, sr grant.Request) (audit.Event, error) {
 	switch ev.Type {
 	case audit.TypeKubeRequest:
@@ -62,11 +63,14 @@ func requestEvent(ev audit.Event, g grant.Grant, sr grant.Request) (audit.Event,
 	if ev.SessionID != sr.SessionID {
 		return ev, refuse("%s for session %q on the stream of session %q", ev.Type, ev.SessionID, sr.SessionID)
 	}
+	// A worker that refused the grant unread (forged, expired, for a
+	// cluster it does not serve) names no principal, and its cluster is
+	// only its own configuration: the refusal is stored under the grant's.
 	unverified := ev.Type == audit.TypeAuthDenied && isZero(ev.Principal)
 	if !unverified && !samePrincipal(ev.Principal, g.Principal) {
 		return ev, refuse("%s names %s, the grant was signed for %s", ev.Type, ev.Principal, g.Principal)
 	}
-	if ev.Cluster != g.Cluster {
+	if !unverified && ev.Cluster != g.Cluster {
 		return ev, refuse("%s for cluster %q on a stream to cluster %q", ev.Type, ev.Cluster, g.Cluster)
 	}
 	for _, grp := range ev.Groups {

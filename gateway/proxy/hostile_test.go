@@ -317,11 +317,12 @@ func TestHostileWorkerRequestStream(t *testing.T) {
 	}
 	answers := map[string]func(*hostileStream){
 		"honest": func(s *hostileStream) { s.reply(s.honest()) },
-		// A worker that could not verify the grant knows the stream's
-		// session but not its principal; the proxy fills that in.
+		// A worker that could not verify the grant (here: one configured
+		// for another cluster) knows the stream's session but not its
+		// principal; the proxy fills in the grant's principal and cluster.
 		"honest-unverified-denial": func(s *hostileStream) {
 			ev := s.honest()
-			ev.Type, ev.Kube, ev.Principal, ev.Groups = audit.TypeAuthDenied, nil, identity.Principal{}, nil
+			ev.Type, ev.Kube, ev.Principal, ev.Groups, ev.Cluster = audit.TypeAuthDenied, nil, identity.Principal{}, nil, "prod"
 			ev.Denied = &audit.Denied{Hop: audit.HopWorker, Action: audit.ActionKube, Reason: "grant: expired"}
 			if audit.WriteEvent(s.conn, ev) == nil {
 				_ = s.write("HTTP/1.1 403 Forbidden\r\nContent-Length: 7\r\n\r\ngrant!\n")
@@ -347,8 +348,9 @@ func TestHostileWorkerRequestStream(t *testing.T) {
 		t.Fatalf("the worker's refusal: %d %q %v, want its 403", code, body, err)
 	}
 	evs = e.reported(t)
-	if len(evs) != 2 || evs[1].Type != audit.TypeAuthDenied || evs[1].Principal.Name != "alice" || evs[1].SessionID == "" {
-		t.Fatalf("the worker's refusal stored %+v, want an auth.denied in alice's name, from the grant", evs)
+	if len(evs) != 2 || evs[1].Type != audit.TypeAuthDenied || evs[1].Principal.Name != "alice" || evs[1].SessionID == "" ||
+		evs[1].Cluster != testCluster {
+		t.Fatalf("the worker's refusal stored %+v, want an auth.denied in alice's name on demo, from the grant", evs)
 	}
 
 	for _, c := range cases {

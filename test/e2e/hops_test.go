@@ -236,6 +236,9 @@ func TestHopsRefuseBadGrants(t *testing.T) {
 		{"expired", func(h *hops) {
 			h.kube.GrantTTL = time.Minute
 			h.kube.Now = func() time.Time { return time.Now().Add(-time.Hour) }
+			// The proxy's own watchdog refuses an expired grant first
+			// (session refused); this case is the worker's check.
+			h.kube.Sessions = nil
 		}, http.StatusForbidden, "expired"},
 		{"other cluster", func(h *hops) { h.worker.Cluster.Name = "prod" }, http.StatusServiceUnavailable, "another cluster"},
 	}
