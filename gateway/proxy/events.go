@@ -161,3 +161,37 @@ func samePrincipal(claimed, own identity.Principal) bool {
 }
 
 func isZero(p identity.Principal) bool { return p.Kind == "" && p.Name == "" }
+
+// RecordingOf checks that a worker of cluster may upload the recording of
+// session id: an exec or attach the proxy relayed to that cluster, by the
+// session registry or, once it has forgotten the session (uploads wait in a
+// spool across restarts), by the session.start the proxy stored. Any other
+// recording is refused (ErrForeignEvent): a worker cannot plant one under
+// another cluster's session, which `limen play` might find first.
+func (k *Kube) RecordingOf(ctx context.Context, cluster, id string) error {
+	if k.Sessions != nil {
+		if info, ok := k.Sessions.Get(id); ok {
+			return recordedOn(id, cluster, info.Cluster, string(info.Kind))
+		}
+	}
+	if k.Starts != nil {
+		start, ok, err := k.Starts.SessionStart(ctx, id)
+		if err != nil {
+			return fmt.Errorf("look up the start of session %s: %w", id, err)
+		}
+		if ok && start.Session != nil {
+			return recordedOn(id, cluster, start.Cluster, start.Session.Login)
+		}
+	}
+	return refuse("recording of session %s, which this proxy did not relay", id)
+}
+
+func recordedOn(id, cluster, relayedTo, kind string) error {
+	if relayedTo != cluster {
+		return refuse("recording of session %s, which was relayed to cluster %q, not %q", id, relayedTo, cluster)
+	}
+	if kind != string(sessions.KindExec) && kind != string(sessions.KindAttach) {
+		return refuse("recording of session %s, a %s, which Limen does not record", id, kind)
+	}
+	return nil
+}

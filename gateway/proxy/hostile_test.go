@@ -3,8 +3,10 @@ package proxy_test
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -24,6 +26,7 @@ import (
 	"github.com/limenhq/limen/gateway/identity"
 	"github.com/limenhq/limen/gateway/locks"
 	"github.com/limenhq/limen/gateway/proxy"
+	"github.com/limenhq/limen/gateway/recstore"
 	"github.com/limenhq/limen/gateway/sessions"
 	"github.com/limenhq/limen/gateway/tunnel"
 )
@@ -127,9 +130,36 @@ func (w *hostileWorker) report(ev audit.Event) string {
 	return ack.Error
 }
 
+// upload sends data as the whole recording of session id, in one chunk, as
+// the real worker's uploader does, and returns the proxy's answer: "" when
+// it stored the recording.
+func (w *hostileWorker) upload(id string, data []byte) string {
+	sum := sha256.Sum256(data)
+	m, err := tunnel.NewMessage(recstore.MsgChunk, recstore.Chunk{ID: id, Data: data, Size: int64(len(data)),
+		Final: true, SHA256: hex.EncodeToString(sum[:])})
+	if err != nil {
+		return "encode: " + err.Error()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), deadline)
+	defer cancel()
+	reply, err := w.client.Request(ctx, m)
+	if err != nil {
+		return "control stream: " + err.Error()
+	}
+	var ack recstore.Ack
+	if err := reply.Decode(&ack); err != nil {
+		return "ack: " + err.Error()
+	}
+	if ack.Error == "" && ack.SHA256 != hex.EncodeToString(sum[:]) {
+		return "stored with another checksum: " + ack.SHA256
+	}
+	return ack.Error
+}
+
 // hostileEnv is the assembled proxy on its real TLS port, the hostile
 // worker connected to it, and an HTTP client holding alice's certificate.
 type hostileEnv struct {
+	dir    string      // the proxy's data directory
 	log    *syncBuffer // the proxy's log
 	proxy  *proxy.Server
 	worker *hostileWorker
@@ -200,7 +230,7 @@ func startHostile(t *testing.T, answers map[string]func(s *hostileStream)) *host
 		Certificates: []tls.Certificate{{Certificate: [][]byte{cert.Raw}, PrivateKey: key}},
 	}}}
 	t.Cleanup(hc.CloseIdleConnections)
-	return &hostileEnv{log: logs, proxy: p, worker: w, http: hc, base: "https://" + ln.Addr().String()}
+	return &hostileEnv{dir: filepath.Join(dir, "proxy"), log: logs, proxy: p, worker: w, http: hc, base: "https://" + ln.Addr().String()}
 }
 
 // get lists configmaps in namespace ns through the proxy as alice, with
@@ -408,8 +438,10 @@ func TestHostileWorkerNoAnswer(t *testing.T) {
 // compromised worker reports session events on its control stream for
 // another cluster, for sessions the proxy never relayed to it or relayed to
 // another cluster, in another user's name, and of types a worker never
-// emits there. Each is refused with a reason and nothing of it is stored;
-// the honest session.start and session.end of its own session are.
+// emits there, and uploads recordings of sessions that are not its
+// cluster's exec or attach. Each is refused with a reason and nothing of it
+// is stored; the honest session.start and session.end of its own session,
+// and the recording of an exec of its cluster, are.
 func TestHostileWorkerControlStream(t *testing.T) {
 	type forgery struct {
 		name string
@@ -417,6 +449,7 @@ func TestHostileWorkerControlStream(t *testing.T) {
 		why  string
 	}
 	const prodSession = "fedcba9876543210fedcba9876543210"
+	const demoExec = "abcdefabcdefabcdefabcdefabcdef01"
 	forgeries := []forgery{
 		{"another cluster", func(ev audit.Event) audit.Event { ev.Cluster = "prod"; return ev }, `may not report for cluster "prod"`},
 		{"a session relayed to another cluster", func(ev audit.Event) audit.Event { ev.SessionID = prodSession; return ev },
@@ -459,16 +492,27 @@ func TestHostileWorkerControlStream(t *testing.T) {
 		end.Type, end.Session = audit.TypeSessionEnd, &audit.Session{Kind: sessions.AuditKind, Login: string(sessions.KindWatch),
 			EndReason: audit.EndCompleted, EndHop: audit.HopWorker}
 		got = append(got, s.w.report(end))
+		// Recordings: of a session never relayed, of one relayed to
+		// another cluster, of its own watch (never recorded), and, the
+		// control, of an exec the proxy relayed to its cluster.
+		for _, id := range []string{otherSession, prodSession, ownSession, demoExec} {
+			got = append(got, s.w.upload(id, []byte("forged recording\n")))
+		}
 		refusals <- got
 		s.reply(s.honest())
 	}})
-	// A session the proxy relays to cluster prod, as ServeHTTP registers it.
-	live, err := e.proxy.Sessions.Track(context.Background(), sessions.Session{ID: prodSession, Principal: alice, Cluster: "prod",
-		Kind: sessions.KindExec, Expires: time.Now().Add(time.Hour)})
-	if err != nil {
-		t.Fatal(err)
+	// Sessions the proxy relays, as ServeHTTP registers them: an exec to
+	// cluster prod, and one to demo.
+	for _, s := range []sessions.Session{
+		{ID: prodSession, Principal: alice, Cluster: "prod", Kind: sessions.KindExec, Expires: time.Now().Add(time.Hour)},
+		{ID: demoExec, Principal: alice, Cluster: testCluster, Kind: sessions.KindExec, Expires: time.Now().Add(time.Hour)},
+	} {
+		live, err := e.proxy.Sessions.Track(context.Background(), s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer live.End(sessions.ReasonCompleted)
 	}
-	defer live.End(sessions.ReasonCompleted)
 
 	code, body, err := e.get(context.Background(), "hold", "watch=1")
 	if err != nil || code != http.StatusOK {
@@ -482,6 +526,22 @@ func TestHostileWorkerControlStream(t *testing.T) {
 	}
 	if start, end := got[len(forgeries)], got[len(forgeries)+1]; start != "" || end != "" {
 		t.Fatalf("honest session.start refused (%q) or session.end refused (%q)", start, end)
+	}
+	recs := got[len(forgeries)+2:]
+	for i, why := range []string{"which this proxy did not relay", `relayed to cluster "prod", not "demo"`, "a watch, which Limen does not record"} {
+		if !strings.Contains(recs[i], why) {
+			t.Errorf("forged recording %d: the proxy answered %q, want a refusal with %q", i, recs[i], why)
+		}
+	}
+	if recs[3] != "" {
+		t.Fatalf("the recording of demo's exec was refused: %s", recs[3])
+	}
+	store, err := recstore.OpenExisting(recstore.Path(e.dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stored, err := store.List(); err != nil || len(stored) != 1 || stored[0].ID != demoExec || stored[0].Cluster != testCluster {
+		t.Fatalf("the recording store holds %+v (%v), want only demo's exec", stored, err)
 	}
 	var types []string
 	for _, ev := range e.reported(t) {
