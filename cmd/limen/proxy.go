@@ -33,6 +33,8 @@ type proxyConfig struct {
 	GrantTTL time.Duration
 	// Limits bound the TLS port.
 	Limits proxy.Limits
+	// Storage is the size limits of the audit database and recording store.
+	Storage proxyStorage
 }
 
 func newProxyCmd() *cobra.Command {
@@ -84,8 +86,10 @@ cannot fill the audit store.`,
 	f.Duration("idle-timeout", lim.IdleTimeout, "close a connection after this long with no request")
 	f.Int("max-conns-per-ip", lim.MaxConnsPerIP, "most open connections from one client address, worker tunnels included; more are closed at once (and logged, at most every 10s)")
 	f.Duration("denied-audit-interval", lim.DeniedInterval, "refusals of clients without a valid certificate are stored as one auth.denied per address and kind per interval, with a count")
+	addProxyStorageFlags(f)
 	addPolicyFlags(f)
 	addDebugFlags(f)
+	cmd.AddCommand(newProxyStatusCmd())
 	return cmd
 }
 
@@ -108,6 +112,9 @@ func loadProxyConfig(cmd *cobra.Command) (proxyConfig, error) {
 		},
 	}
 	if c.ClusterLabels, err = parseClusterLabels(v.GetStringSlice("cluster-label")); err != nil {
+		return c, err
+	}
+	if c.Storage, err = loadProxyStorage(v); err != nil {
 		return c, err
 	}
 	return c, c.validate()
@@ -183,7 +190,8 @@ func (c proxyConfig) gateway(popts policy.Options, log *slog.Logger) proxy.Confi
 		CA: ca.Options{CACertFile: c.CACert, CAKeyFile: c.CAKey, TLSCertFile: c.TLSCert, TLSKeyFile: c.TLSKey,
 			ServerNames: c.ServerNames, UserCertTTL: c.UserCertTTL, WorkerCertTTL: c.WorkerCertTTL},
 		Clusters: c.Clusters, ClusterLabels: c.ClusterLabels, GrantTTL: c.GrantTTL,
-		Limits: c.Limits, Policy: popts, Logger: log,
+		Limits: c.Limits, AuditMaxBytes: c.Storage.AuditMaxBytes, RecordingStoreMaxBytes: c.Storage.RecordingStoreMaxBytes,
+		Policy: popts, Logger: log,
 	}
 }
 

@@ -26,6 +26,8 @@ type workerConfig struct {
 	DataDir   string
 	// RecordingMaxBytes caps each exec and attach recording.
 	RecordingMaxBytes int64
+	// RecordingSpoolMaxBytes limits the spool of recordings waiting for upload.
+	RecordingSpoolMaxBytes int64
 }
 
 func newWorkerCmd() *cobra.Command {
@@ -67,9 +69,11 @@ the extra "` + impersonate.SessionExtraConstrained + `" instead of "` + imperson
 	f.String("data-dir", "", "directory for the worker's identity (required)")
 	f.Bool("enroll-only", false, "enroll (if needed) and exit without serving")
 	f.String("recording-max-bytes", "1Gi", "cap on one exec or attach recording, in bytes (1073741824, 64Mi, 1Gi…); a session that reaches it is ended")
+	addWorkerSpoolFlag(f)
 	addWorkerKubeFlags(f)
 	addPolicyFlags(f)
 	addDebugFlags(f)
+	cmd.AddCommand(newWorkerStatusCmd())
 	return cmd
 }
 
@@ -88,7 +92,10 @@ func loadWorkerConfig(cmd *cobra.Command) (workerConfig, error) {
 	case c.Cluster == "":
 		return c, errors.New("kube-cluster: required; set --kube-cluster NAME or LIMEN_KUBE_CLUSTER")
 	}
-	c.RecordingMaxBytes, err = parseRecordingMaxBytes(v.GetString("recording-max-bytes"))
+	if c.RecordingMaxBytes, err = parseRecordingMaxBytes(v.GetString("recording-max-bytes")); err != nil {
+		return c, err
+	}
+	c.RecordingSpoolMaxBytes, err = loadWorkerSpool(v, c.RecordingMaxBytes)
 	return c, err
 }
 
@@ -162,7 +169,7 @@ func runWorker(cmd *cobra.Command, _ []string) error {
 	s, err := worker.New(cmd.Context(), worker.Config{
 		Identity: w, DataDir: c.DataDir,
 		APIServer: kc.APIServer, CAFile: kc.CAFile, TokenFile: kc.TokenFile, Labels: kc.Labels, Impersonation: im,
-		Policy: popts, RecordingMaxBytes: c.RecordingMaxBytes, Logger: log,
+		Policy: popts, RecordingMaxBytes: c.RecordingMaxBytes, RecordingSpoolMaxBytes: c.RecordingSpoolMaxBytes, Logger: log,
 	})
 	if err != nil {
 		return err

@@ -2,6 +2,7 @@ package audit
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -90,4 +91,23 @@ func wrapUnavailable(err error) error {
 		return err
 	}
 	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+}
+
+// SessionStart returns the first session.start stored for session id, and
+// whether there is one.
+func (s *Store) SessionStart(ctx context.Context, id string) (Event, bool, error) {
+	var data []byte
+	err := s.db.QueryRowContext(ctx, `SELECT data FROM events WHERE session_id = ? AND type = ? ORDER BY id LIMIT 1`,
+		id, string(TypeSessionStart)).Scan(&data)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Event{}, false, nil
+	}
+	if err != nil {
+		return Event{}, false, fmt.Errorf("audit: session.start of %s: %w", id, wrapUnavailable(err))
+	}
+	var e Event
+	if err := json.Unmarshal(data, &e); err != nil {
+		return Event{}, false, fmt.Errorf("audit: session.start of %s is corrupt: %w", id, err)
+	}
+	return e, true, nil
 }

@@ -3,6 +3,7 @@ package audit
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -13,6 +14,8 @@ import (
 	"time"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
+
+	"github.com/limenhq/limen/gateway/bytesize"
 )
 
 // FileName is the audit database's name inside the proxy's data directory.
@@ -23,6 +26,14 @@ func Path(dataDir string) string { return filepath.Join(dataDir, FileName) }
 
 // DefaultMaxBatch is how many events one transaction commits at most.
 const DefaultMaxBatch = 512
+
+// DefaultMaxBytes is the audit database's size limit when Options.MaxBytes
+// is zero: some ten million requests' events.
+const DefaultMaxBytes int64 = 10 << 30
+
+// MinMaxBytes is the smallest size limit accepted: the empty schema and a
+// few thousand events.
+const MinMaxBytes int64 = 1 << 20
 
 const schema = `
 CREATE TABLE IF NOT EXISTS events (
@@ -50,6 +61,11 @@ type Options struct {
 	// MaxBatch caps the events committed in one transaction; 0 means
 	// DefaultMaxBatch.
 	MaxBatch int
+	// MaxBytes limits the data the database holds (its pages in use, so
+	// that deleting old events makes room); 0 means DefaultMaxBytes. Events
+	// that would take it past the limit are refused with a *FullError, and
+	// the requests they describe with them (fail closed).
+	MaxBytes int64
 	// Logger receives commit failures; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -62,8 +78,13 @@ type Options struct {
 type Store struct {
 	db       *sql.DB
 	log      *slog.Logger
+	path     string
 	maxBatch int
+	maxBytes int64
 	readOnly bool
+	// used is the bytes held by the database's pages in use, as last
+	// measured (after each commit, and whenever it looked full).
+	used atomic.Int64
 
 	queue   chan *pending // unbuffered: a send succeeds only while run is alive
 	quit    chan struct{}
@@ -86,6 +107,9 @@ type pending struct {
 func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if opts.MaxBatch <= 0 {
 		opts.MaxBatch = DefaultMaxBatch
+	}
+	if opts.MaxBytes <= 0 {
+		opts.MaxBytes = DefaultMaxBytes
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -111,11 +135,17 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	s := &Store{
 		db:       db,
 		log:      opts.Logger,
+		path:     path,
 		maxBatch: opts.MaxBatch,
+		maxBytes: opts.MaxBytes,
 		readOnly: opts.ReadOnly,
 		queue:    make(chan *pending),
 		quit:     make(chan struct{}),
 		stopped:  make(chan struct{}),
+	}
+	if _, err := s.measure(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open audit store %s: %w", path, err)
 	}
 	if opts.ReadOnly {
 		close(s.stopped)
@@ -198,14 +228,24 @@ func (s *Store) run() {
 				break drain
 			}
 		}
-		err := s.commit(batch)
-		if err == nil {
-			s.commits.Add(1)
-		} else {
-			s.log.Error("audit commit failed; events refused", "events", len(batch), "err", err)
-			err = fmt.Errorf("audit emit: commit: %w: %w", ErrUnavailable, err)
+		fits := s.fit(batch)
+		for _, p := range batch[fits:] {
+			p.done <- s.full()
 		}
-		for _, p := range batch {
+		var err error
+		if fits > 0 {
+			err = s.commit(batch[:fits])
+			if err == nil {
+				s.commits.Add(1)
+			} else {
+				s.log.Error("audit commit failed; events refused", "events", fits, "err", err)
+				err = fmt.Errorf("audit emit: commit: %w: %w", ErrUnavailable, err)
+			}
+			if _, merr := s.measure(context.Background()); merr != nil {
+				s.log.Error("audit database size unknown", "err", merr)
+			}
+		}
+		for _, p := range batch[:fits] {
 			p.done <- err
 		}
 		clear(batch)
@@ -244,4 +284,118 @@ func (s *Store) commit(batch []*pending) error {
 		}
 	}
 	return tx.Commit()
+}
+
+// ErrFull means the audit database reached its size limit: its events, and
+// the requests they describe, are refused until an operator makes room.
+// Errors of this kind are *FullError; they wrap ErrUnavailable too, so every
+// caller that fails closed on an unavailable audit trail does so here.
+var ErrFull = errors.New("audit database full")
+
+// FullError is the refusal of an event by a full audit database.
+type FullError struct {
+	Path      string
+	Used, Max int64
+}
+
+func (e *FullError) Error() string {
+	return fmt.Sprintf("the audit database %s is full: %s in use of its %s limit (audit-max-bytes); "+
+		"delete or archive old events, or raise audit-max-bytes", e.Path, bytesize.Approx(e.Used), bytesize.Format(e.Max))
+}
+
+// Is makes errors.Is hold for ErrFull and ErrUnavailable.
+func (e *FullError) Is(target error) bool { return target == ErrFull || target == ErrUnavailable }
+
+func (s *Store) full() error {
+	return &FullError{Path: s.path, Used: s.used.Load(), Max: s.maxBytes}
+}
+
+// rowOverhead is what an event costs the database beyond its JSON: the
+// other columns and the four index entries.
+const rowOverhead = 256
+
+// fit returns how many events at the head of batch fit under the limit, by
+// their encoded size plus rowOverhead. When the batch does not fit whole,
+// use is measured again first: an operator may have deleted events.
+func (s *Store) fit(batch []*pending) int {
+	need := func(used int64) int {
+		for i, p := range batch {
+			used += int64(len(p.data)) + rowOverhead
+			if used > s.maxBytes {
+				return i
+			}
+		}
+		return len(batch)
+	}
+	if n := need(s.used.Load()); n == len(batch) {
+		return n
+	}
+	used, err := s.measure(context.Background())
+	if err != nil {
+		s.log.Error("audit database size unknown; events refused", "err", err)
+		return 0
+	}
+	n := need(used)
+	if n < len(batch) {
+		s.log.Error("audit database full; events refused", "events", len(batch)-n, "path", s.path,
+			"used", used, "limit", s.maxBytes)
+	}
+	return n
+}
+
+// measure reads the bytes held by the database's pages in use (free pages
+// are reused before the file grows) and remembers them.
+func (s *Store) measure(ctx context.Context) (int64, error) {
+	var pages, free, size int64
+	err := s.db.QueryRowContext(ctx, "SELECT p.page_count, f.freelist_count, z.page_size "+
+		"FROM pragma_page_count() AS p, pragma_freelist_count() AS f, pragma_page_size() AS z").Scan(&pages, &free, &size)
+	if err != nil {
+		return 0, fmt.Errorf("measure audit database: %w", wrapUnavailable(err))
+	}
+	used := (pages - free) * size
+	s.used.Store(used)
+	return used, nil
+}
+
+// Room returns a *FullError when the database has reached its limit, so
+// that the proxy refuses a request before it forwards anything; nil
+// otherwise. A database that looked full is measured again, so that events
+// deleted meanwhile make room at once.
+func (s *Store) Room(ctx context.Context) error {
+	if s.used.Load() < s.maxBytes {
+		return nil
+	}
+	used, err := s.measure(ctx)
+	if err != nil {
+		return err
+	}
+	if used < s.maxBytes {
+		return nil
+	}
+	return s.full()
+}
+
+// Usage is how much of its limit the audit database uses.
+type Usage struct {
+	// Used is the bytes its pages in use hold; File the size of the
+	// database file, free pages included.
+	Used, File, Max int64
+	Events          int64
+}
+
+// Usage measures the database: the bytes in use against the limit, the
+// file's size and the number of events.
+func (s *Store) Usage(ctx context.Context) (Usage, error) {
+	used, err := s.measure(ctx)
+	if err != nil {
+		return Usage{}, err
+	}
+	u := Usage{Used: used, Max: s.maxBytes}
+	if fi, err := os.Stat(s.path); err == nil {
+		u.File = fi.Size()
+	}
+	if err := s.db.QueryRowContext(ctx, "SELECT count(*) FROM events").Scan(&u.Events); err != nil {
+		return u, fmt.Errorf("count audit events: %w", wrapUnavailable(err))
+	}
+	return u, nil
 }

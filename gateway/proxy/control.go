@@ -87,7 +87,7 @@ func (s *Server) handleControl() {
 		s.reply(ctx, w, m, audit.MsgEventAck, audit.EventAck{Error: s.storeWorkerEvent(ctx, w.Info().Cluster, m)})
 	})
 	s.control.handle(recstore.MsgChunk, func(ctx context.Context, w workerConn, m tunnel.Message) {
-		s.reply(ctx, w, m, recstore.MsgAck, s.storeChunk(w.Info().Cluster, m))
+		s.reply(ctx, w, m, recstore.MsgAck, s.storeChunk(ctx, w.Info().Cluster, m))
 	})
 	// A worker serves nothing before it holds the current lock list.
 	s.control.connect(s.pushLocks)
@@ -112,11 +112,19 @@ func (s *Server) storeWorkerEvent(ctx context.Context, cluster string, m tunnel.
 	return ""
 }
 
-// storeChunk stores one recording chunk under the worker's own cluster.
-func (s *Server) storeChunk(cluster string, m tunnel.Message) recstore.Ack {
+// storeChunk stores one recording chunk under the worker's own cluster, of
+// a session the proxy relayed to it (Kube.RecordingOf, checked as an upload
+// starts, which is always at offset 0, and as it ends).
+func (s *Server) storeChunk(ctx context.Context, cluster string, m tunnel.Message) recstore.Ack {
 	var c recstore.Chunk
 	if err := m.Decode(&c); err != nil {
 		return recstore.Ack{Error: "malformed chunk: " + err.Error()}
+	}
+	if c.Offset == 0 || c.Final {
+		if err := s.Kube.RecordingOf(ctx, cluster, c.ID); err != nil {
+			s.log.Warn("recording refused", "cluster", cluster, "id", c.ID, "err", err)
+			return recstore.Ack{ID: c.ID, Error: err.Error()}
+		}
 	}
 	ack := s.recordings.Put(cluster, c)
 	if ack.Error != "" {

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/limenhq/limen/gateway/audit"
+	"github.com/limenhq/limen/gateway/bytesize"
 	"github.com/limenhq/limen/gateway/grant"
 	"github.com/limenhq/limen/gateway/identity"
 	"github.com/limenhq/limen/gateway/impersonate"
@@ -77,8 +78,20 @@ type Kube struct {
 	Clusters func(name string) policy.Cluster
 	// GrantTTL bounds a grant's life; it never outlives the certificate.
 	GrantTTL time.Duration
-	Logger   *slog.Logger
-	Now      func() time.Time
+	// AuditRoom, if set, says whether the audit trail has room for the
+	// request's events (audit.Store.Room): a full one refuses the request
+	// before anything is forwarded.
+	AuditRoom func(ctx context.Context) error
+	// Starts finds a session's stored session.start when the registry no
+	// longer knows the session (SessionEvent); nil: only the registry.
+	Starts StartFinder
+	// WorkerHeadTimeout and MaxWorkerHeadBytes bound a worker's answer on
+	// a request stream once it starts (readHead); zero takes
+	// DefaultWorkerHeadTimeout and DefaultMaxWorkerHeadBytes.
+	WorkerHeadTimeout  time.Duration
+	MaxWorkerHeadBytes int
+	Logger             *slog.Logger
+	Now                func() time.Time
 
 	relayOnce  sync.Once
 	relay      *httputil.ReverseProxy
@@ -119,6 +132,13 @@ func (k *Kube) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if k.AuditRoom != nil {
+		if err := k.AuditRoom(r.Context()); err != nil {
+			k.Logger.Error("request refused: the audit trail has no room", "err", err)
+			writeStatus(w, http.StatusServiceUnavailable, auditDownMessage(err, "the request was refused"))
+			return
+		}
+	}
 	dec, err := k.Policy.Groups(r.Context(), p, k.Clusters(cluster))
 	if err != nil {
 		k.Logger.Error("policy decision", "cluster", cluster, "user", p.String(), "err", err)
@@ -130,13 +150,13 @@ func (k *Kube) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			fmt.Sprintf("Limen policy grants %s no group on cluster %q", p.Name, cluster))
 		return
 	}
-	token, req, exp, err := k.sign(r, p, dec, cluster, now, certExpiry)
+	token, g, req, err := k.sign(r, p, dec, cluster, now, certExpiry)
 	if err != nil {
 		k.Logger.Error("sign grant", "err", err)
 		writeStatus(w, http.StatusInternalServerError, "Limen could not sign a grant")
 		return
 	}
-	ctx, live, err := k.track(r, path, sessions.Session{ID: req.SessionID, Principal: p, Cluster: cluster, Expires: exp})
+	ctx, live, err := k.track(r, path, sessions.Session{ID: req.SessionID, Principal: p, Cluster: cluster, Expires: g.ExpiresAt})
 	if err != nil {
 		deny(http.StatusForbidden, p, "session refused: "+err.Error(), err.Error())
 		return
@@ -151,17 +171,18 @@ func (k *Kube) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, http.StatusBadGateway, "Limen could not reach the worker: "+err.Error())
 		return
 	}
-	ctx = context.WithValue(ctx, relayKey{}, &relayState{conn: stream, token: token, request: req, session: req.SessionID, sink: k.Audit, path: path, live: live, w: w})
+	ctx = context.WithValue(ctx, relayKey{}, &relayState{conn: stream, token: token, grant: g, request: req, path: path, live: live, w: w})
 	k.relayProxy().ServeHTTP(w, r.WithContext(ctx))
 }
 
 // sign returns the grant for p's decision on cluster, reused from an
 // earlier request when the same decision was signed moments ago
-// (grant.Signer), and this request's own facts.
-func (k *Kube) sign(r *http.Request, p identity.Principal, dec policy.Decision, cluster string, now, certExpiry time.Time) ([]byte, grant.Request, time.Time, error) {
+// (grant.Signer), and this request's own facts: with the grant, the proxy's
+// record of whom, where and as which groups the stream is for.
+func (k *Kube) sign(r *http.Request, p identity.Principal, dec policy.Decision, cluster string, now, certExpiry time.Time) ([]byte, grant.Grant, grant.Request, error) {
 	sid, err := grant.NewSessionID()
 	if err != nil {
-		return nil, grant.Request{}, time.Time{}, err
+		return nil, grant.Grant{}, grant.Request{}, err
 	}
 	ttl := k.GrantTTL
 	if ttl <= 0 {
@@ -178,7 +199,7 @@ func (k *Kube) sign(r *http.Request, p identity.Principal, dec policy.Decision, 
 	})
 	token, g, err := k.signer.Sign(grant.Grant{Principal: p, Groups: dec.Groups, Cluster: cluster, IssuedAt: now, ExpiresAt: exp},
 		dec.Revision, certExpiry)
-	return token, grant.Request{SessionID: sid, ClientAddr: r.RemoteAddr}, g.ExpiresAt, err
+	return token, g, grant.Request{SessionID: sid, ClientAddr: r.RemoteAddr}, err
 }
 
 // track puts the response under the session watchdog and returns the
@@ -226,6 +247,17 @@ func (k *Kube) denied(r *http.Request, p identity.Principal, cluster, reason str
 	if err := k.Audit.Emit(r.Context(), ev); err != nil {
 		k.Logger.Error("audit auth.denied", "err", err, "reason", reason)
 	}
+}
+
+// auditDownMessage tells the user why the audit trail cannot take the
+// request, and what became of it: the limit, when it is full.
+func auditDownMessage(err error, what string) string {
+	var full *audit.FullError
+	if errors.As(err, &full) {
+		return fmt.Sprintf("Limen's audit database is full (its limit, audit-max-bytes, is %s), so %s: Limen forwards nothing it cannot audit. "+
+			"Ask your operator to delete or archive old audit events or raise audit-max-bytes", bytesize.Format(full.Max), what)
+	}
+	return "Limen's audit trail is unavailable, so " + what + "; try again later"
 }
 
 // writeStatus answers the request itself (kstatus.Refusal).

@@ -302,14 +302,16 @@ func TestProxyTrustsAWorkerOnlyForItsStream(t *testing.T) {
 	}
 }
 
-// TestSessionEvent: a worker reports only session events of its own cluster;
-// the principal of a session the proxy relays is the proxy's.
+// TestSessionEvent: a worker reports only session events of its own
+// cluster, for sessions the proxy relayed to it, in the name the proxy
+// relayed them for: another name is refused, not corrected. Once the
+// registry has forgotten a session, its end is attributed from the
+// session.start the proxy stored, and refused without one.
 func TestSessionEvent(t *testing.T) {
 	f := newFront(t)
 	ctx := context.Background()
-	start := audit.Event{Type: audit.TypeSessionStart, Time: time.Now(), Cluster: "demo",
-		Principal: identity.Principal{Kind: identity.KindUser, Name: "mallory"},
-		Session:   &audit.Session{Kind: sessions.AuditKind, Login: "exec"}}
+	start := audit.Event{Type: audit.TypeSessionStart, Time: time.Now(), Cluster: "demo", Principal: alice,
+		SessionID: strings.Repeat("a", 32), Session: &audit.Session{Kind: sessions.AuditKind, Login: "exec"}}
 	kube := start
 	kube.Type, kube.Session, kube.Kube = audit.TypeKubeRequest, nil, &audit.KubeRequest{Method: "GET", Path: "/api", Status: 200}
 	if err := f.kube.SessionEvent(ctx, "demo", kube); !errors.Is(err, proxy.ErrForeignEvent) {
@@ -318,20 +320,93 @@ func TestSessionEvent(t *testing.T) {
 	if err := f.kube.SessionEvent(ctx, "prod", start); !errors.Is(err, proxy.ErrForeignEvent) {
 		t.Fatalf("another cluster's event: %v, want ErrForeignEvent", err)
 	}
+	if err := f.kube.SessionEvent(ctx, "demo", start); !errors.Is(err, proxy.ErrForeignEvent) {
+		t.Fatalf("a session the proxy never relayed: %v, want ErrForeignEvent", err)
+	}
 
 	// A session the proxy relays, as ServeHTTP registers it.
-	live, err := f.kube.Sessions.Track(ctx, sessions.Session{ID: strings.Repeat("a", 32), Principal: alice, Cluster: "demo",
+	live, err := f.kube.Sessions.Track(ctx, sessions.Session{ID: start.SessionID, Principal: alice, Cluster: "demo",
 		Kind: sessions.KindExec, Target: "default/p/app"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer live.End(sessions.ReasonCompleted)
-	start.SessionID = live.ID()
+	forged := start
+	forged.Principal = identity.Principal{Kind: identity.KindUser, Name: "mallory"}
+	if err := f.kube.SessionEvent(ctx, "demo", forged); !errors.Is(err, proxy.ErrForeignEvent) {
+		t.Fatalf("session.start in another name: %v, want ErrForeignEvent", err)
+	}
 	if err := f.kube.SessionEvent(ctx, "demo", start); err != nil {
 		t.Fatal(err)
 	}
 	evs := f.events(t, audit.TypeSessionStart)
-	if len(evs) != 1 || evs[0].Principal.Name != "alice" {
-		t.Fatalf("stored %+v, want the session.start as alice's, the proxy's record", evs)
+	if len(evs) != 1 || evs[0].Principal.Name != "alice" || len(evs[0].Principal.Traits["groups"]) != 1 {
+		t.Fatalf("stored %+v, want alice's session.start with the proxy's record of her", evs)
+	}
+	live.End(sessions.ReasonCompleted)
+
+	// The registry forgets (a restart, or many sessions since): the end is
+	// attributed from the stored start, and only with Starts.
+	f.kube.Sessions = sessions.New(sessions.Config{Logger: slog.New(slog.DiscardHandler)})
+	end := start
+	end.Type = audit.TypeSessionEnd
+	if err := f.kube.SessionEvent(ctx, "demo", end); !errors.Is(err, proxy.ErrForeignEvent) {
+		t.Fatalf("a forgotten session's end without Starts: %v, want ErrForeignEvent", err)
+	}
+	f.kube.Starts = f.store
+	if err := f.kube.SessionEvent(ctx, "prod", func() audit.Event { e := end; e.Cluster = "prod"; return e }()); !errors.Is(err, proxy.ErrForeignEvent) {
+		t.Fatalf("a forgotten demo session's end from prod: %v, want ErrForeignEvent", err)
+	}
+	forged.Type = audit.TypeSessionEnd
+	if err := f.kube.SessionEvent(ctx, "demo", forged); !errors.Is(err, proxy.ErrForeignEvent) {
+		t.Fatalf("a forgotten session's end in another name: %v, want ErrForeignEvent", err)
+	}
+	if err := f.kube.SessionEvent(ctx, "demo", end); err != nil {
+		t.Fatalf("a forgotten session's end: %v", err)
+	}
+	if evs := f.events(t, audit.TypeSessionEnd); len(evs) != 1 || evs[0].Principal.Name != "alice" {
+		t.Fatalf("stored %+v, want alice's one session.end", evs)
+	}
+}
+
+// TestFullAuditRefusesRequests: with the audit database at its size limit,
+// a request is refused before anything reaches a worker, with a 503 that
+// names the limit and what to do. Without the up-front check, the worker's
+// event is refused and the response dropped, saying the same.
+func TestFullAuditRefusesRequests(t *testing.T) {
+	f := newFront(t)
+	full, err := audit.Open(context.Background(), filepath.Join(t.TempDir(), audit.FileName), audit.Options{MaxBytes: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { full.Close() })
+	f.store, f.kube.Audit, f.kube.AuditRoom = full, full, full.Room
+	ev := audit.Event{Type: audit.TypeAuthDenied, Time: time.Now(),
+		Denied: &audit.Denied{Hop: audit.HopProxy, Action: audit.ActionKube, Reason: strings.Repeat("filler ", 100)}}
+	for i := 0; ; i++ {
+		err := full.Emit(context.Background(), ev)
+		if errors.Is(err, audit.ErrFull) {
+			break
+		}
+		if err != nil || i == 10000 {
+			t.Fatalf("filling a 64 KiB audit database: %v after %d events, want ErrFull", err, i)
+		}
+	}
+	code, body := f.get(t, "/k8s/demo/api", nil)
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, "audit database is full") ||
+		!strings.Contains(body, "audit-max-bytes, is 64 KiB") || !strings.Contains(body, "delete or archive old audit events") {
+		t.Fatalf("%d %s, want 503 naming the limit and what to do", code, body)
+	}
+	select {
+	case r := <-f.worker.got:
+		t.Fatalf("the worker got %s while the audit database was full", r.URL)
+	default:
+	}
+
+	f.kube.AuditRoom = nil
+	code, body = f.get(t, "/k8s/demo/api", nil)
+	<-f.worker.got
+	if code != http.StatusServiceUnavailable || strings.Contains(body, "relayed") ||
+		!strings.Contains(body, "audit-max-bytes, is 64 KiB), so the response was dropped") {
+		t.Fatalf("%d %s, want the response dropped with a 503 naming the limit", code, body)
 	}
 }

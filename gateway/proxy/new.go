@@ -41,6 +41,11 @@ type Config struct {
 	ClusterLabels map[string]map[string]string
 	// GrantTTL bounds each grant, and so each stream; 0 is DefaultGrantTTL.
 	GrantTTL time.Duration
+	// AuditMaxBytes limits the audit database (0: audit.DefaultMaxBytes);
+	// when it is full, requests are refused. RecordingStoreMaxBytes limits
+	// the recording store (0: recstore.DefaultMaxBytes); when it is full,
+	// uploads are refused and recordings stay in the workers' spools.
+	AuditMaxBytes, RecordingStoreMaxBytes int64
 	// Policy is where the policy comes from (the embedded default when
 	// empty).
 	Policy policy.Options
@@ -126,7 +131,7 @@ func New(ctx context.Context, c Config) (_ *Server, err error) {
 	}()
 	s.Tunnel = &tunnel.Server{Logger: log.With("component", "tunnel"),
 		OnMessage: s.control.onMessage, OnConnect: s.control.onConnect}
-	if s.Audit, err = audit.Open(ctx, audit.Path(c.DataDir), audit.Options{Logger: log}); err != nil {
+	if s.Audit, err = audit.Open(ctx, audit.Path(c.DataDir), audit.Options{MaxBytes: c.AuditMaxBytes, Logger: log}); err != nil {
 		return nil, fmt.Errorf("audit store: %w", err)
 	}
 	s.limits = c.Limits.orDefault()
@@ -138,7 +143,7 @@ func New(ctx context.Context, c Config) (_ *Server, err error) {
 	if s.Tokens, err = enroll.OpenTokenStore(enroll.TokenStorePath(c.DataDir), enroll.TokenStoreOptions{Audit: s.Denials}); err != nil {
 		return nil, err
 	}
-	if s.recordings, err = recstore.Open(recstore.Path(c.DataDir)); err != nil {
+	if s.recordings, err = recstore.OpenLimit(recstore.Path(c.DataDir), c.RecordingStoreMaxBytes); err != nil {
 		return nil, err
 	}
 	if err := s.openLocks(ctx, c.DataDir); err != nil {
@@ -181,16 +186,18 @@ func (s *Server) newKube(c Config) *Kube {
 			}
 			return p, r.TLS.PeerCertificates[0].NotAfter, nil
 		},
-		Policy:   s.Policy,
-		Tunnel:   s.Tunnel,
-		Audit:    s.Denials,
-		GrantKey: s.CA.GrantSigningKey(),
-		Locks:    s.LockSet,
-		Sessions: s.Sessions,
-		Clusters: func(name string) policy.Cluster { return policy.Cluster{Name: name, Labels: c.ClusterLabels[name]} },
-		GrantTTL: c.GrantTTL,
-		Logger:   s.log.With("component", "kube"),
-		Now:      c.now(),
+		Policy:    s.Policy,
+		Tunnel:    s.Tunnel,
+		Audit:     s.Denials,
+		AuditRoom: s.Audit.Room,
+		Starts:    s.Audit,
+		GrantKey:  s.CA.GrantSigningKey(),
+		Locks:     s.LockSet,
+		Sessions:  s.Sessions,
+		Clusters:  func(name string) policy.Cluster { return policy.Cluster{Name: name, Labels: c.ClusterLabels[name]} },
+		GrantTTL:  c.GrantTTL,
+		Logger:    s.log.With("component", "kube"),
+		Now:       c.now(),
 	}
 }
 

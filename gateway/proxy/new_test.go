@@ -115,6 +115,13 @@ func (a *assembled) stored(t *testing.T) []audit.Event {
 func TestAssembledEventRelay(t *testing.T) {
 	a := startAssembled(t, nil)
 	ctx := context.Background()
+	// The session the proxy relays, as Kube.ServeHTTP registers it.
+	live, err := a.proxy.Sessions.Track(ctx, sessions.Session{ID: "s-" + testCluster, Principal: alice, Cluster: testCluster,
+		Kind: sessions.KindExec, Expires: time.Now().Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer live.End(sessions.ReasonCompleted)
 	if err := a.worker.Handler.Events(ctx, sessionStart(testCluster)); err != nil {
 		t.Fatalf("own cluster's session.start: %v", err)
 	}
@@ -123,7 +130,7 @@ func TestAssembledEventRelay(t *testing.T) {
 		t.Fatalf("stored %+v, want the one session.start", evs)
 	}
 
-	err := a.worker.Handler.Events(ctx, sessionStart("prod"))
+	err = a.worker.Handler.Events(ctx, sessionStart("prod"))
 	if err == nil || !strings.Contains(err.Error(), `may not report for cluster "prod"`) {
 		t.Fatalf("another cluster's event: err %v, want a refusal naming the cluster", err)
 	}

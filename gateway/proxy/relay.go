@@ -9,8 +9,10 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"os"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/limenhq/limen/gateway/audit"
 	"github.com/limenhq/limen/gateway/grant"
@@ -23,11 +25,13 @@ type relayKey struct{}
 
 // relayState is what one request carries to the stream transport.
 type relayState struct {
-	conn    net.Conn
-	token   []byte
-	request grant.Request // this stream's own facts, sent after the grant
-	session string        // request.SessionID
-	sink    audit.Sink
+	conn  net.Conn
+	token []byte
+	// grant is what the proxy signed and request this stream's own facts
+	// (session, client address): the only source of the principal,
+	// cluster and session of the worker's event (requestEvent).
+	grant   grant.Grant
+	request grant.Request
 	path    kpath.Path     // below /k8s/CLUSTER
 	live    *sessions.Live // nil for short requests
 	// w is the client's ResponseWriter, hijacked for an upgrade.
@@ -37,6 +41,11 @@ type relayState struct {
 // errAuditUnavailable marks a response dropped because its audit event could
 // not be stored: the user gets 503 and nothing of the response.
 var errAuditUnavailable = errors.New("audit trail unavailable")
+
+// errWorkerRefused marks a worker's answer the proxy refused: an event it
+// may not send, or a response head too large or too slow. The user gets 502
+// and nothing of the response, and nothing is stored.
+var errWorkerRefused = errors.New("the worker's answer was refused")
 
 // errUpgraded tells the ErrorHandler that ModifyResponse relayed an
 // upgraded connection to its end: there is nothing left to answer.
@@ -57,7 +66,7 @@ func (k *Kube) newRelay() {
 			st.path.SetURL(pr.Out.URL)
 			pr.Out.Host = "worker"
 		},
-		Transport:     streamTransport{},
+		Transport:     streamTransport{k: k},
 		FlushInterval: -1,
 		// The HTTP/2 response writer sends 4 KiB at a time, so a larger
 		// copy buffer gains nothing; an idle watch holds this one all its
@@ -71,11 +80,18 @@ func (k *Kube) newRelay() {
 			}
 			if errors.Is(err, errAuditUnavailable) {
 				k.Logger.Error("audit unavailable: response dropped", "err", err)
-				writeStatus(w, http.StatusServiceUnavailable, "Limen's audit trail is unavailable, so the response was dropped; try again later")
+				writeStatus(w, http.StatusServiceUnavailable, auditDownMessage(err, "the response was dropped"))
 				return
 			}
 			if errors.Is(err, context.Canceled) {
 				return // the client went away
+			}
+			if errors.Is(err, errWorkerRefused) {
+				st := r.Context().Value(relayKey{}).(*relayState)
+				k.Logger.Warn("worker answer refused", "cluster", st.grant.Cluster, "session", st.request.SessionID,
+					"path", st.path.String(), "err", err)
+				writeStatus(w, http.StatusBadGateway, "Limen refused the worker's answer, so the response was dropped; ask your operator to check the worker of cluster "+st.grant.Cluster)
+				return
 			}
 			k.Logger.Warn("relay to worker", "err", err)
 			writeStatus(w, http.StatusBadGateway, "the request to the Limen worker failed: "+err.Error())
@@ -133,11 +149,12 @@ func (k *Kube) relayUpgrade(resp *http.Response) error {
 }
 
 // streamTransport sends one request over its tunnel stream: the grant
-// preamble, the request, then it reads the worker's audit event, stores it,
-// and only then reads the response.
-type streamTransport struct{}
+// preamble, the request, then it reads the worker's audit event and the
+// response head (readHead), stores the event, and only then relays the
+// response.
+type streamTransport struct{ k *Kube }
 
-func (streamTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+func (t streamTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	st, ok := req.Context().Value(relayKey{}).(*relayState)
 	if !ok {
 		return nil, errors.New("no tunnel stream for this request")
@@ -165,20 +182,14 @@ func (streamTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err := bw.Flush(); err != nil {
 		return fail(fmt.Errorf("write request: %w", err))
 	}
-	br := bufio.NewReader(conn) // large reads bypass the buffer; an idle watch holds only 4 KiB
-	ev, err := audit.ReadEvent(br, 0)
+	br, ev, resp, err := t.k.readHead(conn, req, st.grant, st.request)
 	if err != nil {
-		return fail(fmt.Errorf("read audit event from worker: %w", err))
+		return fail(err)
 	}
-	if ev.SessionID != "" && ev.SessionID != st.session {
-		return fail(fmt.Errorf("worker sent an audit event for session %q, want %q", ev.SessionID, st.session))
-	}
-	if err := st.sink.Emit(req.Context(), ev); err != nil {
+	// Stored only with the head it belongs to: a worker that forges either
+	// leaves nothing in the audit trail.
+	if err := t.k.Audit.Emit(req.Context(), ev); err != nil {
 		return fail(fmt.Errorf("%w: %w", errAuditUnavailable, err))
-	}
-	resp, err := http.ReadResponse(br, req)
-	if err != nil {
-		return fail(fmt.Errorf("read response: %w", err))
 	}
 	body := &streamBody{r: br, conn: conn, stop: stop, live: st.live}
 	if resp.StatusCode == http.StatusSwitchingProtocols {
@@ -189,6 +200,95 @@ func (streamTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp.Body = body
 	return resp, nil
 }
+
+// Bounds on a worker's answer once it starts (Kube.WorkerHeadTimeout,
+// Kube.MaxWorkerHeadBytes). The worker writes its event and the head back to
+// back, so a generous bound costs an honest worker nothing. The head's size
+// is Go's own default limit for request heads.
+const (
+	DefaultWorkerHeadTimeout  = 30 * time.Second
+	DefaultMaxWorkerHeadBytes = http.DefaultMaxHeaderBytes
+)
+
+// readHead reads the worker's answer to req up to the response body: the
+// audit event, checked against the grant g (requestEvent), then the
+// response head. Until the answer's first byte there is no deadline: the
+// worker sends its event only once the API server answered, which for a
+// followed log of a silent container is whenever it first logs (the
+// kubelet sends its head with the first line), and the client's leaving
+// closes the stream. From the first byte on, the event and head must come
+// within WorkerHeadTimeout and MaxWorkerHeadBytes. It returns the reader
+// the body continues on.
+func (k *Kube) readHead(conn net.Conn, req *http.Request, g grant.Grant, sr grant.Request) (*bufio.Reader, audit.Event, *http.Response, error) {
+	timeout, maxHead := k.WorkerHeadTimeout, k.MaxWorkerHeadBytes
+	if timeout <= 0 {
+		timeout = DefaultWorkerHeadTimeout
+	}
+	if maxHead <= 0 {
+		maxHead = DefaultMaxWorkerHeadBytes
+	}
+	lim := &headLimit{r: conn, left: int64(4 + audit.MaxWireSize + maxHead)}
+	br := bufio.NewReader(lim) // large reads bypass the buffer; an idle watch holds only 4 KiB
+	if _, err := br.Peek(1); err != nil {
+		return nil, audit.Event{}, nil, fmt.Errorf("read audit event from worker: %w", err)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(timeout)) // the wall clock: Now may be a test's
+	ev, err := audit.ReadEvent(br, 0)
+	if err != nil {
+		return nil, ev, nil, fmt.Errorf("read audit event from worker: %w", headErr(err, timeout, maxHead))
+	}
+	if ev, err = requestEvent(ev, g, sr); err != nil {
+		return nil, ev, nil, fmt.Errorf("%w: %w", errWorkerRefused, err)
+	}
+	resp, err := http.ReadResponse(br, req)
+	if err != nil {
+		return nil, ev, nil, fmt.Errorf("read response: %w", headErr(err, timeout, maxHead))
+	}
+	_ = conn.SetReadDeadline(time.Time{})
+	lim.lift()
+	return br, ev, resp, nil
+}
+
+// headErr names the bound a worker's answer broke, if it broke one.
+func headErr(err error, timeout time.Duration, maxHead int) error {
+	switch {
+	case errors.Is(err, errHeadTooLarge):
+		return fmt.Errorf("%w: the response head is over %d bytes", errWorkerRefused, maxHead)
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return fmt.Errorf("%w: the event and response head did not come within %s", errWorkerRefused, timeout)
+	}
+	return err
+}
+
+// errHeadTooLarge ends a worker's answer whose head passed its limit.
+var errHeadTooLarge = errors.New("worker answer head too large")
+
+// headLimit bounds the bytes read from a worker before the response body:
+// past left it fails instead of reading on, until lift. Only the one
+// goroutine reading the head uses it before lift, and only the body's
+// reader after.
+type headLimit struct {
+	r      io.Reader
+	left   int64
+	lifted bool
+}
+
+func (l *headLimit) Read(p []byte) (int, error) {
+	if l.lifted {
+		return l.r.Read(p)
+	}
+	if l.left <= 0 {
+		return 0, errHeadTooLarge
+	}
+	if int64(len(p)) > l.left {
+		p = p[:l.left]
+	}
+	n, err := l.r.Read(p)
+	l.left -= int64(n)
+	return n, err
+}
+
+func (l *headLimit) lift() { l.lifted = true }
 
 // streamBody is a response body that owns its tunnel stream. After a 101 it
 // is also the writable side of the upgraded connection.

@@ -13,6 +13,10 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/limenhq/limen/gateway/bytesize"
 )
 
 // Spool file names: a recording in progress is <id>.cast.part; a finished one
@@ -32,9 +36,43 @@ var validID = regexp.MustCompile(`^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}$`)
 // finished atomically with its SHA-256, stays until its upload is
 // acknowledged, and survives a restart: recordings cut short by a crash are
 // finished when the spool is opened.
+//
+// A spool holds at most its limit (OpenSpoolLimit): with less than
+// MinMaxBytes of room it refuses new recordings (Create), and a write that
+// would pass the limit is refused whole (*SpoolFullError), which ends the
+// session being recorded — a recording is never cut silently.
 type Spool struct {
 	dir string
+	max int64
+	// used is the bytes of every file in the spool, recordings in progress
+	// included; measured again whenever the spool looks full.
+	used atomic.Int64
+	// measuring serializes measurements, so that a full spool under a flood
+	// of new sessions walks its directory once at a time.
+	measuring sync.Mutex
 }
+
+// DefaultSpoolMaxBytes is the spool's limit when none is configured: ten
+// recordings at the default cap.
+const DefaultSpoolMaxBytes int64 = 10 << 30
+
+// ErrSpoolFull means the spool has no room for a recording, or for more of
+// one. Errors of this kind are *SpoolFullError.
+var ErrSpoolFull = errors.New("recording spool full")
+
+// SpoolFullError refuses a recording, or a write to one, for want of room
+// in the spool.
+type SpoolFullError struct {
+	Used, Max int64
+}
+
+func (e *SpoolFullError) Error() string {
+	return fmt.Sprintf("the worker's recording spool is full: %s in use of its %s limit (recording-spool-max-bytes)",
+		bytesize.Approx(e.Used), bytesize.Format(e.Max))
+}
+
+// Is makes errors.Is(err, ErrSpoolFull) hold.
+func (e *SpoolFullError) Is(target error) bool { return target == ErrSpoolFull }
 
 // Item is a finished recording waiting for upload.
 type Item struct {
@@ -43,13 +81,22 @@ type Item struct {
 	SHA256 string
 }
 
-// OpenSpool opens (creating it if needed) the spool in dir and finishes the
-// recordings a previous process left in progress.
-func OpenSpool(dir string) (*Spool, error) {
+// OpenSpool opens (creating it if needed) the spool in dir, limited to
+// DefaultSpoolMaxBytes, and finishes the recordings a previous process left
+// in progress.
+func OpenSpool(dir string) (*Spool, error) { return OpenSpoolLimit(dir, DefaultSpoolMaxBytes) }
+
+// OpenSpoolLimit opens (creating it if needed) the spool in dir, holding at
+// most maxBytes (0: DefaultSpoolMaxBytes), and finishes the recordings a
+// previous process left in progress.
+func OpenSpoolLimit(dir string, maxBytes int64) (*Spool, error) {
+	if maxBytes <= 0 {
+		maxBytes = DefaultSpoolMaxBytes
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("spool: %w", err)
 	}
-	s := &Spool{dir: dir}
+	s := &Spool{dir: dir, max: maxBytes}
 	parts, err := filepath.Glob(filepath.Join(dir, "*"+extCast+extPart))
 	if err != nil {
 		return nil, fmt.Errorf("spool: %w", err)
@@ -59,7 +106,88 @@ func OpenSpool(dir string) (*Spool, error) {
 			return nil, err
 		}
 	}
+	if _, _, err := s.measure(); err != nil {
+		return nil, err
+	}
 	return s, nil
+}
+
+// measure adds up the size of every file in the spool, remembers it, and
+// counts the finished recordings. A recording in progress counts with the
+// disk space reserved ahead for it (File.makeRoom), which Commit cuts off.
+func (s *Spool) measure() (used int64, finished int, _ error) {
+	s.measuring.Lock()
+	defer s.measuring.Unlock()
+	used, finished, err := measureDir(s.dir)
+	if err == nil {
+		s.used.Store(used)
+	}
+	return used, finished, err
+}
+
+func measureDir(dir string) (used int64, finished int, _ error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, 0, fmt.Errorf("spool: measure: %w", err)
+	}
+	for _, e := range entries {
+		fi, err := e.Info()
+		if err != nil || !fi.Mode().IsRegular() {
+			continue // removed meanwhile, or not a file
+		}
+		used += fi.Size()
+		if strings.HasSuffix(e.Name(), extCast) {
+			finished++
+		}
+	}
+	return used, finished, nil
+}
+
+// room returns a *SpoolFullError unless the spool has room for n more
+// bytes, measuring it again first when it looks full: uploads and an
+// operator free room.
+func (s *Spool) room(n int64) error {
+	if s.used.Load()+n <= s.max {
+		return nil
+	}
+	used, _, err := s.measure()
+	if err != nil {
+		return err
+	}
+	if used+n <= s.max {
+		return nil
+	}
+	return &SpoolFullError{Used: used, Max: s.max}
+}
+
+// sumFileSize is the size of a recording's checksum file.
+const sumFileSize = 2*sha256.Size + 1
+
+// SpoolUsage is how much of its limit the spool uses.
+type SpoolUsage struct {
+	Used, Max int64
+	// Pending counts the finished recordings waiting for upload.
+	Pending int
+}
+
+// Usage measures the spool.
+func (s *Spool) Usage() (SpoolUsage, error) {
+	used, n, err := s.measure()
+	if err != nil {
+		return SpoolUsage{}, err
+	}
+	return SpoolUsage{Used: used, Max: s.max, Pending: n}, nil
+}
+
+// SpoolUsageOf measures the spool in dir against maxBytes without opening
+// it: it only reads, so it is safe beside the worker that owns the spool
+// (OpenSpool would finish that worker's recordings in progress).
+func SpoolUsageOf(dir string, maxBytes int64) (SpoolUsage, error) {
+	used, n, err := measureDir(dir)
+	if err != nil {
+		return SpoolUsage{}, err
+	}
+	return SpoolUsage{Used: used, Max: maxBytes, Pending: n}, nil
 }
 
 // recover finishes a recording cut short by a crash, without holding it in
@@ -163,6 +291,7 @@ func (s *Spool) finish(id, sum string) error {
 	if err := os.Rename(cast+extPart, cast); err != nil {
 		return fmt.Errorf("spool commit %s: %w", id, err)
 	}
+	s.used.Add(sumFileSize)
 	return syncDir(s.dir)
 }
 
@@ -283,8 +412,10 @@ func (s *Spool) Ack(id, sum string) error {
 	if err := os.Remove(p); err != nil {
 		return fmt.Errorf("spool ack %s: %w", id, err)
 	}
+	s.used.Add(-it.Size)
 	if err := os.Remove(p + extSum); err != nil {
 		return fmt.Errorf("spool ack %s: %w", id, err)
 	}
+	s.used.Add(-sumFileSize)
 	return syncDir(s.dir)
 }

@@ -30,11 +30,16 @@ const spoolReserve = 1 << 20
 // session holds none.
 var blocks = sync.Pool{New: func() any { b := make([]byte, 0, spoolBlock); return &b }}
 
-// Create starts the recording id. Write to the File, then Commit it.
+// Create starts the recording id. Write to the File, then Commit it. A
+// spool with less than MinMaxBytes of room refuses it (*SpoolFullError), so
+// that a session refused for want of room never starts.
 func (s *Spool) Create(id string) (*File, error) {
 	p, err := s.path(id, extCast+extPart)
 	if err != nil {
 		return nil, err
+	}
+	if err := s.room(MinMaxBytes); err != nil {
+		return nil, fmt.Errorf("spool: recording %s refused: %w", id, err)
 	}
 	if _, err := os.Stat(filepath.Join(s.dir, id+extCast)); err == nil {
 		return nil, fmt.Errorf("spool: recording %q already exists", id)
@@ -80,7 +85,9 @@ type File struct {
 var errFileClosed = errors.New("spool: recording already committed or discarded")
 
 // Write appends p to the recording: when it returns nil, the spool holds p,
-// and its disk space is reserved.
+// and its disk space is reserved. A write that would take the spool past its
+// limit is refused whole (*SpoolFullError, makeRoom), like one the disk has
+// no room for: the session must end.
 func (f *File) Write(p []byte) (int, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -131,15 +138,32 @@ func (f *File) usable() error {
 	return f.err
 }
 
-// makeRoom preallocates the file for n more bytes, spoolReserve at a time.
-// A file system that cannot preallocate turns reservation off: the file is
-// then written as on any other disk, and a full one fails a later write.
+// makeRoom makes room for n more bytes: first within the spool's limit,
+// else a *SpoolFullError, then on the disk by preallocating the file
+// spoolReserve at a time, never ahead past the spool's limit. The spool
+// counts what the file takes on the disk: its reservation, or its bytes
+// once a file system that cannot preallocate turned reservation off (the
+// file is then written as on any other disk, and a full one fails a later
+// write).
 func (f *File) makeRoom(n int64) error {
 	need := f.n + n
-	if f.reserved < 0 || need <= f.reserved {
+	held := max(f.reserved, f.n) // what the spool counts for this file
+	if need <= held {
+		return nil
+	}
+	grow := need - held
+	// Room for the checksum file Commit adds too.
+	if err := f.s.room(grow + sumFileSize); err != nil {
+		return err
+	}
+	if f.reserved < 0 {
+		f.s.used.Add(grow)
 		return nil
 	}
 	size := (need + spoolReserve - 1) / spoolReserve * spoolReserve
+	if ahead := max(f.s.max-f.s.used.Load()-grow-sumFileSize, 0); size-need > ahead {
+		size = need + ahead
+	}
 	err := preallocate(f.f, f.reserved, size-f.reserved)
 	if err != nil && !errors.Is(err, errors.ErrUnsupported) && size > need {
 		// No room for a whole step: the room for these bytes may still
@@ -150,10 +174,12 @@ func (f *File) makeRoom(n int64) error {
 	switch {
 	case errors.Is(err, errors.ErrUnsupported):
 		f.reserved = -1
+		f.s.used.Add(grow)
 		return nil
 	case err != nil:
 		return err
 	}
+	f.s.used.Add(size - held)
 	f.reserved = size
 	return nil
 }
@@ -253,7 +279,9 @@ func (f *File) Commit() (Item, error) {
 	}
 	err := f.flush()
 	if err == nil && f.reserved > f.n {
-		err = f.f.Truncate(f.n)
+		if err = f.f.Truncate(f.n); err == nil {
+			f.s.used.Add(f.n - f.reserved)
+		}
 	}
 	if err == nil {
 		err = f.f.Sync()
@@ -283,6 +311,7 @@ func (f *File) Discard() error {
 	if err := os.Remove(f.f.Name()); err != nil {
 		return fmt.Errorf("spool discard %s: %w", f.id, err)
 	}
+	f.s.used.Add(-max(f.reserved, f.n))
 	if cerr != nil {
 		return fmt.Errorf("spool discard %s: %w", f.id, cerr)
 	}

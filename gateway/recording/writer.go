@@ -53,6 +53,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/limenhq/limen/gateway/bytesize"
 	"github.com/limenhq/limen/gateway/stream"
 )
 
@@ -153,17 +154,7 @@ func CheckMaxBytes(n int64) error {
 
 // FormatBytes writes n for people: "1 GiB", "64 KiB", "1500 bytes"; the
 // binary unit is used only when it is exact.
-func FormatBytes(n int64) string {
-	for _, u := range []struct {
-		shift uint
-		name  string
-	}{{40, "TiB"}, {30, "GiB"}, {20, "MiB"}, {10, "KiB"}} {
-		if n > 0 && n%(1<<u.shift) == 0 {
-			return fmt.Sprintf("%d %s", n>>u.shift, u.name)
-		}
-	}
-	return fmt.Sprintf("%d bytes", n)
-}
+func FormatBytes(n int64) string { return bytesize.Format(n) }
 
 // NewWriter returns a Writer that writes the recording to w, capped at
 // DefaultMaxBytes.

@@ -25,6 +25,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/limenhq/limen/gateway/bytesize"
 	"github.com/limenhq/limen/gateway/recording"
 )
 
@@ -47,10 +48,17 @@ var validName = regexp.MustCompile(`^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}$`)
 // Path is the store's directory in the proxy's data directory.
 func Path(dataDir string) string { return filepath.Join(dataDir, DirName) }
 
+// DefaultMaxBytes is the store's size limit when none is configured.
+const DefaultMaxBytes int64 = 100 << 30
+
 // Store is a directory of verified recordings. It is safe for concurrent use.
 type Store struct {
 	dir string
+	max int64
 	mu  sync.Mutex // serializes uploads
+	// used is the bytes of every file in the store, uploads in progress
+	// included; kept by Put, measured again when the store looks full.
+	used int64
 }
 
 // Info describes a stored recording.
@@ -62,12 +70,26 @@ type Info struct {
 	Time    time.Time
 }
 
-// Open opens (creating it if needed) the store in dir.
-func Open(dir string) (*Store, error) {
+// Open opens (creating it if needed) the store in dir, limited to
+// DefaultMaxBytes.
+func Open(dir string) (*Store, error) { return OpenLimit(dir, DefaultMaxBytes) }
+
+// OpenLimit opens (creating it if needed) the store in dir, which holds at
+// most maxBytes (0: DefaultMaxBytes): an upload that would take it past the
+// limit is refused (FullError), and the recording stays in the worker's
+// spool until there is room.
+func OpenLimit(dir string, maxBytes int64) (*Store, error) {
+	if maxBytes <= 0 {
+		maxBytes = DefaultMaxBytes
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("recording store: %w", err)
 	}
-	return &Store{dir: dir}, nil
+	s := &Store{dir: dir, max: maxBytes}
+	if err := s.remeasure(); err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 // OpenExisting opens a store that must already exist (for read-only use by
@@ -116,6 +138,9 @@ func (s *Store) put(cluster string, c Chunk) (string, int64, error) {
 	if len(c.Data) > MaxChunk {
 		return "", 0, fmt.Errorf("recording store: chunk of %d bytes exceeds %d", len(c.Data), MaxChunk)
 	}
+	if c.Size < 0 || c.Offset < 0 {
+		return "", 0, fmt.Errorf("recording store: negative size or offset")
+	}
 	if old, err := readSum(cast); err == nil {
 		// Already stored: the worker lost our Ack, or could not drop its
 		// copy after it, and sends the recording again. A first chunk is
@@ -138,12 +163,129 @@ func (s *Store) put(cluster string, c Chunk) (string, int64, error) {
 		return "", 0, fmt.Errorf("recording store: %w", err)
 	}
 	part := cast + extPart
+	if err := s.room(part, c); err != nil {
+		return "", 0, err
+	}
+	before := fileSize(part)
 	next, err := appendChunk(part, c.Offset, c.Data)
+	s.used += fileSize(part) - before
 	if err != nil || !c.Final {
 		return "", next, err
 	}
+	size := fileSize(part)
 	sum, err := commit(part, cast, c.Size, c.SHA256)
-	return sum, next, err
+	if err != nil {
+		s.used -= size - fileSize(part) // an upload that fails its checksum is removed
+		return "", next, err
+	}
+	s.used += sumFileSize // the part is now the recording, and has its checksum file
+	return sum, next, nil
+}
+
+// FullError refuses an upload that would take the store past its limit.
+type FullError struct {
+	Used, Max int64
+	// Size is the whole recording's, when the worker said it.
+	Size int64
+}
+
+func (e *FullError) Error() string {
+	what := "the recording"
+	if e.Size > 0 {
+		what = "the recording of " + bytesize.Approx(e.Size)
+	}
+	return fmt.Sprintf("the proxy's recording store is full: %s in use of its %s limit (recording-store-max-bytes), so %s does not fit; "+
+		"it stays in the worker's spool and is uploaded once an operator deletes old recordings or raises recording-store-max-bytes",
+		bytesize.Approx(e.Used), bytesize.Format(e.Max), what)
+}
+
+// room refuses chunk c of the upload in part when the store cannot hold it:
+// at its first chunk, when the whole recording (Chunk.Size, if the worker
+// says it) does not fit; at any chunk, when its data does not. A refused
+// upload's part file is removed, so that it holds no room while it waits in
+// the worker's spool. A store that looks full is measured again first: an
+// operator may have deleted recordings.
+func (s *Store) room(part string, c Chunk) error {
+	need := func() int64 {
+		if c.Offset == 0 {
+			// The upload starts over: its part file is replaced.
+			return s.used - fileSize(part) + max(c.Size, int64(len(c.Data))) + sumFileSize
+		}
+		return s.used + int64(len(c.Data)) + sumFileSize
+	}
+	if need() <= s.max {
+		return nil
+	}
+	if err := s.remeasure(); err != nil {
+		return err
+	}
+	if need() <= s.max {
+		return nil
+	}
+	if os.Remove(part) == nil {
+		_ = s.remeasure()
+	}
+	return &FullError{Used: s.used, Max: s.max, Size: c.Size}
+}
+
+func (s *Store) remeasure() error {
+	used, _, err := s.measure()
+	if err == nil {
+		s.used = used
+	}
+	return err
+}
+
+// sumFileSize is the size of a recording's checksum file.
+const sumFileSize = 2*sha256.Size + 1
+
+func fileSize(name string) int64 {
+	fi, err := os.Stat(name)
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
+}
+
+// measure adds up the size of every file in the store and counts the
+// stored recordings.
+func (s *Store) measure() (used int64, recordings int, _ error) {
+	err := filepath.WalkDir(s.dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		used += fi.Size()
+		if strings.HasSuffix(d.Name(), extCast) {
+			recordings++
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, 0, fmt.Errorf("recording store: measure %s: %w", s.dir, err)
+	}
+	return used, recordings, nil
+}
+
+// Usage is how much of its limit the store uses.
+type Usage struct {
+	Used, Max  int64
+	Recordings int
+}
+
+// Usage measures the store.
+func (s *Store) Usage() (Usage, error) {
+	used, n, err := s.measure()
+	if err != nil {
+		return Usage{}, err
+	}
+	return Usage{Used: used, Max: s.max, Recordings: n}, nil
 }
 
 // appendChunk writes data at offset of the part file; offset 0 starts it

@@ -20,10 +20,12 @@ type Chunk struct {
 	// Offset is where Data goes; 0 starts the upload over.
 	Offset int64  `json:"offset"`
 	Data   []byte `json:"data,omitempty"`
+	// Size is the whole recording's size. A worker sends it on every chunk,
+	// so that a store without room refuses the upload at its first chunk.
+	Size int64 `json:"size,omitempty"`
 	// Final marks the last chunk; Size and SHA256 then describe the whole
 	// recording, and the store verifies both before keeping it.
 	Final  bool   `json:"final,omitempty"`
-	Size   int64  `json:"size,omitempty"`
 	SHA256 string `json:"sha256,omitempty"`
 }
 

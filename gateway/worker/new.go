@@ -46,7 +46,11 @@ type Config struct {
 	Policy policy.Options
 	// RecordingMaxBytes caps each exec and attach recording (0: default).
 	RecordingMaxBytes int64
-	Logger            *slog.Logger
+	// RecordingSpoolMaxBytes limits the spool of recordings waiting for
+	// upload (0: recording.DefaultSpoolMaxBytes); when it is full, new exec
+	// and attach sessions are refused.
+	RecordingSpoolMaxBytes int64
+	Logger                 *slog.Logger
 }
 
 // Server is the assembled worker: the request handler, its own copy of the
@@ -72,6 +76,9 @@ const (
 	spoolDirName   = "recordings"
 	backlogDirName = "streams"
 )
+
+// SpoolDir is the recording spool in the worker's data directory.
+func SpoolDir(dataDir string) string { return filepath.Join(dataDir, spoolDirName) }
 
 // New builds the worker: the transports to the API server, the policy, the
 // handler with its locks, session registry, spool, backlog and event relay,
@@ -106,7 +113,7 @@ func New(ctx context.Context, c Config) (_ *Server, err error) {
 	if err != nil {
 		return nil, err
 	}
-	spool, err := recording.OpenSpool(filepath.Join(c.DataDir, spoolDirName))
+	spool, err := recording.OpenSpoolLimit(SpoolDir(c.DataDir), c.RecordingSpoolMaxBytes)
 	if err != nil {
 		return nil, fmt.Errorf("recording spool in %s: %w; check that the worker can write its data directory", c.DataDir, err)
 	}

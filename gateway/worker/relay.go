@@ -313,7 +313,10 @@ func (s *session) hasExit() bool { return s.login != string(sessions.KindPortFor
 func refusedEnd(err error) (reason, msg string) {
 	var ce *recording.CapError
 	var re *recordError
+	var full *recording.SpoolFullError
 	switch {
+	case errors.As(err, &full):
+		return audit.EndRecordFailed, spoolFullMessage(full, "ended the session, since it could record no more of it")
 	case errors.As(err, &ce):
 		return audit.EndRecordingCap, fmt.Sprintf("Limen ended the session: its recording reached the worker's cap of %s (recording-max-bytes), "+
 			"so nothing past that point was shown; ask your operator if sessions need more", recording.FormatBytes(ce.Max))

@@ -408,6 +408,14 @@ func TestNothingStartsUnrecordedOrUnaudited(t *testing.T) {
 				b.t.Fatal(err)
 			}
 		}, execPath, http.StatusServiceUnavailable, "cannot record the session"},
+		{"spool full", func(b *bench) {
+			// A spool with less room than one minimal recording.
+			full, err := recording.OpenSpoolLimit(b.spool, recording.MinMaxBytes-1)
+			if err != nil {
+				b.t.Fatal(err)
+			}
+			b.h.Spool = full
+		}, execPath, http.StatusServiceUnavailable, "recording spool is full (its limit, recording-spool-max-bytes, is 65535 bytes), so Limen did not start the session"},
 		{"audit store down", func(b *bench) {
 			b.h.Events = func(context.Context, audit.Event) error { return audit.ErrUnavailable }
 		}, execPath, http.StatusServiceUnavailable, "audit trail is unavailable"},

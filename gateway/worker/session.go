@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -99,6 +100,11 @@ func (x *exchange) openSession(ctx context.Context) (*session, *refusal) {
 				msg: "this Limen worker has no recording spool, so it refuses exec and attach; ask your operator"}
 		}
 		f, err := h.Spool.Create(sid)
+		var full *recording.SpoolFullError
+		if errors.As(err, &full) {
+			h.Logger.Warn("recording spool full; session refused", "session", sid, "err", err)
+			return nil, &refusal{code: http.StatusServiceUnavailable, msg: spoolFullMessage(full, "did not start the session")}
+		}
 		if err != nil {
 			h.Logger.Error("open recording; session refused", "session", sid, "err", err)
 			return nil, &refusal{code: http.StatusServiceUnavailable,
@@ -118,6 +124,14 @@ func (x *exchange) openSession(ctx context.Context) (*session, *refusal) {
 			msg: "Limen's audit trail is unavailable, so the session was not started; try again later"}
 	}
 	return s, nil
+}
+
+// spoolFullMessage tells the user that the worker's spool has no room, so
+// Limen did what, and what the operator can do.
+func spoolFullMessage(full *recording.SpoolFullError, did string) string {
+	return fmt.Sprintf("the Limen worker's recording spool is full (its limit, recording-spool-max-bytes, is %s), so Limen %s: "+
+		"exec and attach need room to be recorded. Ask your operator to check that recordings reach the proxy, or to raise recording-spool-max-bytes",
+		recording.FormatBytes(full.Max), did)
 }
 
 // countIn counts the request body's bytes as the client's.

@@ -191,9 +191,9 @@ func (u *Uploader) upload(ctx context.Context, it recording.Item) error {
 		if rerr != nil && rerr != io.EOF && rerr != io.ErrUnexpectedEOF {
 			return fmt.Errorf("read spool: %w", rerr)
 		}
-		c := recstore.Chunk{ID: it.ID, Offset: off, Data: buf[:n]}
+		c := recstore.Chunk{ID: it.ID, Offset: off, Data: buf[:n], Size: it.Size}
 		if off+int64(n) >= it.Size {
-			c.Final, c.Size, c.SHA256 = true, it.Size, it.SHA256
+			c.Final, c.SHA256 = true, it.SHA256
 		}
 		ack, err := u.send(ctx, c)
 		if err != nil {

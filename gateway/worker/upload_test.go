@@ -193,3 +193,40 @@ func TestUploaderOfflineStopsThePass(t *testing.T) {
 		t.Fatalf("%d chunks sent with the tunnel down", n)
 	}
 }
+
+// TestUploaderKeepsWhatAFullStoreRefuses: a proxy whose recording store is
+// full refuses the upload at its first chunk and says so; the recording
+// stays in the spool, whole, and reaches the store once it has room.
+func TestUploaderKeepsWhatAFullStoreRefuses(t *testing.T) {
+	u, spool, link := newUploadRig(t)
+	dir := t.TempDir()
+	store, err := recstore.OpenLimit(dir, 100<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	link.store = store
+	data := bytes.Repeat([]byte("recorded\n"), 20000) // 180 KB, several chunks
+	it := spoolRecording(t, spool, "big", data)
+	err = u.upload(context.Background(), it)
+	if err == nil || !strings.Contains(err.Error(), "recording store is full") || !strings.Contains(err.Error(), "stays in the worker's spool") {
+		t.Fatalf("upload into a full store: %v, want the store's refusal", err)
+	}
+	if n := link.sent("big"); n != 1 {
+		t.Errorf("%d chunks sent to a store without room, want the first only", n)
+	}
+	if items, _ := spool.Pending(); len(items) != 1 || items[0].SHA256 != it.SHA256 {
+		t.Fatalf("spool after the refusal: %+v, want the recording kept whole", items)
+	}
+
+	// The operator raises the limit (the proxy restarts with it).
+	if link.store, err = recstore.OpenLimit(dir, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	if err := u.upload(context.Background(), it); err != nil {
+		t.Fatalf("upload with room: %v", err)
+	}
+	waitStored(t, link.store, "big", data)
+	if items, _ := spool.Pending(); len(items) != 0 {
+		t.Fatalf("spool after the upload: %+v, want it dropped", items)
+	}
+}

@@ -140,7 +140,10 @@ func newHops(t *testing.T) *hops {
 			return identity.Principal{Kind: identity.KindUser, Name: "alice", Traits: map[string][]string{"groups": {"dev"}}},
 				time.Now().Add(time.Hour), nil
 		},
-		Policy: pol, Tunnel: h.opener, Audit: store, GrantKey: priv,
+		Policy: pol, Tunnel: h.opener, Audit: store, Starts: store, GrantKey: priv,
+		// The proxy accepts a worker's session events only for sessions
+		// it relays, which its registry knows.
+		Sessions: proxySessions(t),
 		Clusters: func(string) policy.Cluster { return demo },
 		Logger:   slog.New(slog.DiscardHandler), Now: time.Now,
 	}
@@ -151,6 +154,12 @@ func newHops(t *testing.T) *hops {
 	t.Cleanup(srv.Close)
 	h.baseURL = srv.URL
 	return h
+}
+
+func proxySessions(t *testing.T) *sessions.Registry {
+	reg := sessions.New(sessions.Config{Logger: slog.New(slog.DiscardHandler)})
+	t.Cleanup(reg.Close)
+	return reg
 }
 
 // recordStreams lets the worker relay exec, attach and port-forward as the
@@ -227,6 +236,9 @@ func TestHopsRefuseBadGrants(t *testing.T) {
 		{"expired", func(h *hops) {
 			h.kube.GrantTTL = time.Minute
 			h.kube.Now = func() time.Time { return time.Now().Add(-time.Hour) }
+			// The proxy's own watchdog refuses an expired grant first
+			// (session refused); this case is the worker's check.
+			h.kube.Sessions = nil
 		}, http.StatusForbidden, "expired"},
 		{"other cluster", func(h *hops) { h.worker.Cluster.Name = "prod" }, http.StatusServiceUnavailable, "another cluster"},
 	}

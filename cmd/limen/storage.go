@@ -1,0 +1,209 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"github.com/spf13/viper"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/limenhq/limen/gateway/audit"
+	"github.com/limenhq/limen/gateway/bytesize"
+	"github.com/limenhq/limen/gateway/recording"
+	"github.com/limenhq/limen/gateway/recstore"
+	"github.com/limenhq/limen/gateway/worker"
+)
+
+// Size limits of what the proxy and the worker keep on disk (DESIGN.md §2:
+// full is a refusal, never a silent cut), and the status commands that show
+// their use.
+
+// parseBytes reads the size setting key: a byte count, plain or with a
+// Kubernetes suffix (Ki, Mi, Gi, Ti), of at least min bytes.
+func parseBytes(key, s string, min int64) (int64, error) {
+	q, err := resource.ParseQuantity(s)
+	n, exact := q.AsInt64()
+	if err != nil || !exact {
+		return 0, fmt.Errorf("%s %q: want a whole number of bytes such as 1073741824, 512Mi or 10Gi", key, s)
+	}
+	if n < min {
+		return 0, fmt.Errorf("%s %q: below the minimum of %s; set --%s or %s to %s or more",
+			key, s, recording.FormatBytes(min), key, envName(key), recording.FormatBytes(min))
+	}
+	return n, nil
+}
+
+// envName is the environment variable of a configuration key.
+func envName(key string) string {
+	return "LIMEN_" + strings.ToUpper(strings.ReplaceAll(key, "-", "_"))
+}
+
+// proxyStorage is the proxy's size limits.
+type proxyStorage struct {
+	AuditMaxBytes, RecordingStoreMaxBytes int64
+}
+
+func addProxyStorageFlags(f *pflag.FlagSet) {
+	f.String("audit-max-bytes", "10Gi", "size limit of the audit database; when it is full, every request is refused "+
+		"(nothing goes unaudited) until old events are deleted or the limit is raised")
+	f.String("recording-store-max-bytes", "100Gi", "size limit of the recording store; when it is full, uploads are refused "+
+		"and recordings wait in the workers' spools")
+}
+
+func loadProxyStorage(v *viper.Viper) (proxyStorage, error) {
+	var c proxyStorage
+	var err error
+	if c.AuditMaxBytes, err = parseBytes("audit-max-bytes", v.GetString("audit-max-bytes"), audit.MinMaxBytes); err != nil {
+		return c, err
+	}
+	c.RecordingStoreMaxBytes, err = parseBytes("recording-store-max-bytes", v.GetString("recording-store-max-bytes"), 1<<20)
+	return c, err
+}
+
+func addWorkerSpoolFlag(f *pflag.FlagSet) {
+	f.String("recording-spool-max-bytes", "10Gi", "size limit of the spool of recordings waiting for upload; when it is full, "+
+		"new exec and attach sessions are refused and the sessions being recorded are ended (at least recording-max-bytes)")
+}
+
+// loadWorkerSpool reads recording-spool-max-bytes, which must hold one
+// recording at its cap.
+func loadWorkerSpool(v *viper.Viper, recordingMax int64) (int64, error) {
+	n, err := parseBytes("recording-spool-max-bytes", v.GetString("recording-spool-max-bytes"), recording.MinMaxBytes)
+	if err == nil && n < recordingMax {
+		err = fmt.Errorf("recording-spool-max-bytes %s is below recording-max-bytes %s: a spool must hold one recording at its cap; "+
+			"raise recording-spool-max-bytes or lower recording-max-bytes", recording.FormatBytes(n), recording.FormatBytes(recordingMax))
+	}
+	return n, err
+}
+
+func newProxyStatusCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show how much of its size limit the audit database and the recording store use (on the proxy host)",
+		Long: `Show how much of its size limit each store of the proxy uses, read from
+--data-dir alongside a running proxy. Pass the same limits (or --config) as
+the proxy. A store at its limit is marked FULL, with what the proxy refuses
+and what to do.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			v, err := loadConfig(cmd)
+			if err != nil {
+				return err
+			}
+			dir := v.GetString("data-dir")
+			if dir == "" {
+				return errors.New("data-dir: required; set --data-dir or LIMEN_DATA_DIR to the proxy's data directory")
+			}
+			limits, err := loadProxyStorage(v)
+			if err != nil {
+				return err
+			}
+			return proxyStatus(cmd.Context(), cmd.OutOrStdout(), dir, limits)
+		},
+	}
+	f := cmd.Flags()
+	f.String("data-dir", "", "the proxy's data directory")
+	addProxyStorageFlags(f)
+	return cmd
+}
+
+// proxyStatus prints the use of the audit database and the recording store
+// in dir against limits.
+func proxyStatus(ctx context.Context, out io.Writer, dir string, limits proxyStorage) error {
+	st, err := audit.Open(ctx, audit.Path(dir), audit.Options{ReadOnly: true, MaxBytes: limits.AuditMaxBytes})
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("no audit database at %s: is --data-dir the proxy's data directory, and has the proxy run?", audit.Path(dir))
+	}
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	u, err := st.Usage(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "Audit database:  %s\n", audit.Path(dir))
+	fmt.Fprintf(out, "  %s, %d events, file %s\n", useLine(u.Used, u.Max), u.Events, bytesize.Approx(u.File))
+	if u.Used >= u.Max {
+		fmt.Fprintln(out, "  FULL: the proxy refuses every request until old events are deleted or audit-max-bytes is raised")
+	}
+	rs, err := recstore.OpenExisting(recstore.Path(dir))
+	if errors.Is(err, os.ErrNotExist) {
+		fmt.Fprintf(out, "Recording store: %s (none yet)\n", recstore.Path(dir))
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	ru, err := rs.Usage()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "Recording store: %s\n", recstore.Path(dir))
+	fmt.Fprintf(out, "  %s, %d recordings\n", useLine(ru.Used, limits.RecordingStoreMaxBytes), ru.Recordings)
+	if ru.Used >= limits.RecordingStoreMaxBytes {
+		fmt.Fprintln(out, "  FULL: uploads are refused and recordings wait in the workers' spools until old recordings are deleted or recording-store-max-bytes is raised")
+	}
+	return nil
+}
+
+func newWorkerStatusCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show how much of its size limit the worker's recording spool uses (on the worker's host)",
+		Long: `Show how much of its size limit the worker's recording spool uses, read
+from --data-dir alongside a running worker, and how many recordings wait for
+upload. Pass the same limit (or --config) as the worker.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			v, err := loadConfig(cmd)
+			if err != nil {
+				return err
+			}
+			dir := v.GetString("data-dir")
+			if dir == "" {
+				return errors.New("data-dir: required; set --data-dir or LIMEN_DATA_DIR to the worker's data directory")
+			}
+			limit, err := loadWorkerSpool(v, 0)
+			if err != nil {
+				return err
+			}
+			return workerStatus(cmd.OutOrStdout(), dir, limit)
+		},
+	}
+	f := cmd.Flags()
+	f.String("data-dir", "", "the worker's data directory")
+	addWorkerSpoolFlag(f)
+	return cmd
+}
+
+// workerStatus prints the use of the spool in the worker's data directory
+// against limit. It only reads: a recording in progress is left alone.
+func workerStatus(out io.Writer, dir string, limit int64) error {
+	spool := worker.SpoolDir(dir)
+	if _, err := os.Stat(spool); err != nil {
+		return fmt.Errorf("no recording spool at %s: is --data-dir the worker's data directory, and has the worker run?", spool)
+	}
+	u, err := recording.SpoolUsageOf(spool, limit)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "Recording spool: %s\n", spool)
+	fmt.Fprintf(out, "  %s, %d recordings waiting for upload\n", useLine(u.Used, u.Max), u.Pending)
+	if u.Used+recording.MinMaxBytes > u.Max {
+		fmt.Fprintln(out, "  FULL: new exec and attach sessions are refused until recordings reach the proxy or recording-spool-max-bytes is raised")
+	}
+	return nil
+}
+
+// useLine words the use of a limit: "1.2 GiB in use of 10 GiB (12%)".
+func useLine(used, limit int64) string {
+	return fmt.Sprintf("%s in use of %s (%d%%)", bytesize.Approx(used), bytesize.Format(limit), bytesize.Percent(used, limit))
+}
