@@ -153,16 +153,25 @@ func (s *Server) pushLocks(ctx context.Context, w workerConn) error {
 	return locks.CheckAck(reply)
 }
 
-// push sends a control message to the workers of a cluster ("" for all).
-// A worker it cannot reach is dropped by the tunnel and gets the full lock
-// list when it reconnects.
-func (s *Server) push(ctx context.Context, cluster string, build func() (tunnel.Message, error)) {
+// pushTimeout bounds how long a lock change or kill waits for the workers'
+// acknowledgements.
+const pushTimeout = 5 * time.Second
+
+// push sends a control message to the workers of a cluster ("" for all)
+// and returns once each has acknowledged it (check judges the reply), so
+// that `limen lock`, `unlock` and `sessions kill` return only when both
+// hops enforce the change. A worker that does not acknowledge within
+// pushTimeout is dropped by the tunnel and gets the full lock list when it
+// reconnects.
+func (s *Server) push(ctx context.Context, cluster string, build func() (tunnel.Message, error), check func(tunnel.Message) error) {
 	m, err := build()
 	if err != nil {
 		s.log.Error("build control message", "err", err)
 		return
 	}
-	if err := s.Tunnel.Broadcast(ctx, cluster, m); err != nil {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pushTimeout)
+	defer cancel()
+	if err := s.Tunnel.RequestAll(ctx, cluster, m, check); err != nil {
 		s.log.Warn("push to workers", "type", m.Type, "err", err)
 	}
 }

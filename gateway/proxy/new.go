@@ -216,10 +216,11 @@ func (s *Server) mountAPIs(c Config) error {
 		Audit: s.Denials, Now: c.Now, Logger: s.log.With("component", "admin"),
 		OnChange: func(ctx context.Context, ch locks.Change) {
 			s.LockSet.Apply(ch)
-			s.push(ctx, "", func() (tunnel.Message, error) { return locks.ChangeMessage(ch) })
+			s.push(ctx, "", func() (tunnel.Message, error) { return locks.ChangeMessage(ch) }, locks.CheckAck)
 		},
 		OnKill: func(ctx context.Context, info sessions.Info, by identity.Principal) {
-			s.push(ctx, info.Cluster, func() (tunnel.Message, error) { return sessions.KillMessage(info.ID, by.String()) })
+			s.push(ctx, info.Cluster, func() (tunnel.Message, error) { return sessions.KillMessage(info.ID, by.String()) },
+				func(m tunnel.Message) error { _, err := sessions.CheckKillAck(m); return err })
 		},
 	})
 	if err != nil {

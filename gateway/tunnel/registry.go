@@ -150,6 +150,32 @@ func (s *Server) Broadcast(ctx context.Context, cluster string, m Message) error
 	return errors.Join(errs...)
 }
 
+// RequestAll sends m to every registered worker of cluster (every worker
+// when cluster is "") in parallel, as Broadcast does, and waits for each
+// one's reply, which check judges. A worker that does not answer within
+// ctx, or whose answer check refuses, is dropped: it cannot be trusted to
+// hold the pushed state, and it gets the whole state when it reconnects.
+// It returns once every worker has answered or been dropped.
+func (s *Server) RequestAll(ctx context.Context, cluster string, m Message, check func(Message) error) error {
+	ws := s.snapshot(cluster)
+	errs := make([]error, len(ws))
+	var wg sync.WaitGroup
+	for i, w := range ws {
+		wg.Go(func() {
+			reply, err := w.Request(ctx, m)
+			if err == nil {
+				err = check(reply)
+			}
+			if err != nil {
+				_ = w.Close()
+				errs[i] = fmt.Errorf("worker %s (%s): %w", w.info.WorkerID, w.info.SessionID, err)
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
 // SendTo sends m to the worker session with the given SessionID.
 func (s *Server) SendTo(ctx context.Context, sessionID string, m Message) error {
 	for _, w := range s.snapshot("") {

@@ -422,3 +422,32 @@ func TestOnConnectErrorDropsWorker(t *testing.T) {
 		t.Fatalf("open = %v, want ErrNoWorker", err)
 	}
 }
+
+// TestRequestAllWaitsForEachAnswer: a push returns once every worker
+// answered; a worker whose answer is refused is dropped, to get the whole
+// state again when it reconnects.
+func TestRequestAllWaitsForEachAnswer(t *testing.T) {
+	checkGoroutines(t)
+	srv, _, _, _ := connectedPair(t)
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	var got []string
+	if err := srv.RequestAll(ctx, "c1", Message{Type: "ping"}, func(m Message) error {
+		got = append(got, m.Type)
+		return nil
+	}); err != nil || len(got) != 1 || got[0] != "pong" {
+		t.Fatalf("RequestAll: answers %v, err %v; want one pong", got, err)
+	}
+	if err := srv.RequestAll(ctx, "other", Message{Type: "ping"}, func(Message) error { return errors.New("no worker, no call") }); err != nil {
+		t.Fatalf("RequestAll to a cluster without workers: %v", err)
+	}
+	refused := errors.New("not the ack we want")
+	if err := srv.RequestAll(ctx, "c1", Message{Type: "ping"}, func(Message) error { return refused }); !errors.Is(err, refused) {
+		t.Fatalf("RequestAll with a refused answer: %v", err)
+	}
+	for deadline := time.Now().Add(wait); srv.Connected("c1"); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("a worker whose answer was refused is still connected")
+		}
+	}
+}
