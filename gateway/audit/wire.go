@@ -1,12 +1,13 @@
 package audit
 
 import (
-	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/limenhq/limen/gateway/internal/strictjson"
 )
 
 // MaxWireSize bounds one encoded event on the wire. Events carry no bodies,
@@ -41,13 +42,8 @@ func DecodeEvent(b []byte) (Event, error) {
 		return Event{}, fmt.Errorf("decode audit event: %d bytes, over the %d-byte limit: %w", len(b), MaxWireSize, ErrWire)
 	}
 	var e Event
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&e); err != nil {
+	if err := strictjson.Unmarshal(b, &e); err != nil {
 		return Event{}, fmt.Errorf("decode audit event: %v: %w", err, ErrWire)
-	}
-	if rest := int64(len(b)) - dec.InputOffset(); rest != 0 {
-		return Event{}, fmt.Errorf("decode audit event: %d trailing bytes: %w", rest, ErrWire)
 	}
 	if err := e.Validate(); err != nil {
 		return Event{}, fmt.Errorf("decode audit event: %v: %w", err, ErrWire)

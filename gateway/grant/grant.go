@@ -23,7 +23,6 @@
 package grant
 
 import (
-	"bytes"
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/hex"
@@ -35,6 +34,7 @@ import (
 	"time"
 
 	"github.com/limenhq/limen/gateway/identity"
+	"github.com/limenhq/limen/gateway/internal/strictjson"
 	"github.com/limenhq/limen/gateway/kpath"
 )
 
@@ -179,13 +179,8 @@ func signedMessage(body []byte) []byte {
 // ErrSystemGroup.
 func decode(payload []byte) (Grant, error) {
 	var g Grant
-	dec := json.NewDecoder(bytes.NewReader(payload))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&g); err != nil {
+	if err := strictjson.Unmarshal(payload, &g); err != nil {
 		return Grant{}, fmt.Errorf("decode: %v: %w", err, ErrMalformed)
-	}
-	if rest := int64(len(payload)) - dec.InputOffset(); rest != 0 {
-		return Grant{}, fmt.Errorf("decode: %d trailing bytes after the payload: %w", rest, ErrMalformed)
 	}
 	if g.Version != Version {
 		return Grant{}, fmt.Errorf("payload version %d, want %d: %w", g.Version, Version, ErrMalformed)

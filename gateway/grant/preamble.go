@@ -1,7 +1,6 @@
 package grant
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -20,13 +19,7 @@ func WritePreamble(w io.Writer, token []byte) error {
 	if len(token) == 0 || len(token) > MaxTokenSize {
 		return fmt.Errorf("write grant preamble: token is %d bytes, want 1 to %d", len(token), MaxTokenSize)
 	}
-	buf := make([]byte, preambleHeader+len(token))
-	binary.BigEndian.PutUint32(buf, uint32(len(token)))
-	copy(buf[preambleHeader:], token)
-	if _, err := w.Write(buf); err != nil {
-		return fmt.Errorf("write grant preamble: %w", err)
-	}
-	return nil
+	return writeBlob(w, token, "grant preamble")
 }
 
 // ReadPreamble reads one preamble from r and returns the token. It reads

@@ -1,12 +1,13 @@
 package grant
 
 import (
-	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/limenhq/limen/gateway/internal/strictjson"
 )
 
 // Request is one stream's own facts, sent in the preamble right after the
@@ -54,11 +55,17 @@ func WriteRequest(w io.Writer, r Request) error {
 	if len(body) > MaxRequestSize {
 		return fmt.Errorf("write request preamble: %d bytes, over the %d-byte limit", len(body), MaxRequestSize)
 	}
-	buf := make([]byte, preambleHeader+len(body))
-	binary.BigEndian.PutUint32(buf, uint32(len(body)))
-	copy(buf[preambleHeader:], body)
+	return writeBlob(w, body, "request preamble")
+}
+
+// writeBlob writes b as a 4-byte big-endian length and the bytes, in one
+// Write.
+func writeBlob(w io.Writer, b []byte, what string) error {
+	buf := make([]byte, preambleHeader+len(b))
+	binary.BigEndian.PutUint32(buf, uint32(len(b)))
+	copy(buf[preambleHeader:], b)
 	if _, err := w.Write(buf); err != nil {
-		return fmt.Errorf("write request preamble: %w", err)
+		return fmt.Errorf("write %s: %w", what, err)
 	}
 	return nil
 }
@@ -72,13 +79,8 @@ func ReadRequest(rd io.Reader) (Request, error) {
 		return Request{}, err
 	}
 	var r Request
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&r); err != nil {
+	if err := strictjson.Unmarshal(body, &r); err != nil {
 		return Request{}, fmt.Errorf("read request preamble: %v: %w", err, ErrPreamble)
-	}
-	if rest := int64(len(body)) - dec.InputOffset(); rest != 0 {
-		return Request{}, fmt.Errorf("read request preamble: %d trailing bytes: %w", rest, ErrPreamble)
 	}
 	if err := r.Validate(); err != nil {
 		return Request{}, fmt.Errorf("read request preamble: %v: %w", err, ErrPreamble)
