@@ -93,12 +93,18 @@ func wrapUnavailable(err error) error {
 	return fmt.Errorf("%w: %w", ErrUnavailable, err)
 }
 
+const sessionStartQuery = `SELECT data FROM events WHERE session_id = ? AND session_id != '' AND type = ? ORDER BY id LIMIT 1`
+
 // SessionStart returns the first session.start stored for session id, and
 // whether there is one.
 func (s *Store) SessionStart(ctx context.Context, id string) (Event, bool, error) {
 	var data []byte
-	err := s.db.QueryRowContext(ctx, `SELECT data FROM events WHERE session_id = ? AND type = ? ORDER BY id LIMIT 1`,
-		id, string(TypeSessionStart)).Scan(&data)
+	if id == "" {
+		return Event{}, false, nil
+	}
+	// "session_id != ''" lets SQLite use the partial index events_session:
+	// without it, every lookup scans the whole table.
+	err := s.db.QueryRowContext(ctx, sessionStartQuery, id, string(TypeSessionStart)).Scan(&data)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Event{}, false, nil
 	}
