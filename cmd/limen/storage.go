@@ -97,9 +97,9 @@ and what to do.`,
 			if err != nil {
 				return err
 			}
-			dir := v.GetString("data-dir")
-			if dir == "" {
-				return errors.New("data-dir: required; set --data-dir or LIMEN_DATA_DIR to the proxy's data directory")
+			dir, err := statusDataDir(v, "proxy")
+			if err != nil {
+				return err
 			}
 			limits, err := loadProxyStorage(v)
 			if err != nil {
@@ -167,9 +167,9 @@ upload. Pass the same limit (or --config) as the worker.`,
 			if err != nil {
 				return err
 			}
-			dir := v.GetString("data-dir")
-			if dir == "" {
-				return errors.New("data-dir: required; set --data-dir or LIMEN_DATA_DIR to the worker's data directory")
+			dir, err := statusDataDir(v, "worker")
+			if err != nil {
+				return err
 			}
 			limit, err := loadWorkerSpool(v, 0)
 			if err != nil {
@@ -206,4 +206,14 @@ func workerStatus(out io.Writer, dir string, limit int64) error {
 // useLine words the use of a limit: "1.2 GiB in use of 10 GiB (12%)".
 func useLine(used, limit int64) string {
 	return fmt.Sprintf("%s in use of %s (%d%%)", bytesize.Approx(used), bytesize.Format(limit), bytesize.Percent(used, limit))
+}
+
+// statusDataDir returns the data directory a status command reads beside a
+// running proxy or worker (who).
+func statusDataDir(v *viper.Viper, who string) (string, error) {
+	dir := v.GetString("data-dir")
+	if dir == "" {
+		return "", fmt.Errorf("data-dir: required; set --data-dir or LIMEN_DATA_DIR to the %s's data directory", who)
+	}
+	return dir, nil
 }
