@@ -88,8 +88,8 @@ func (r *Results) Markdown(w io.Writer) {
 	var t table
 	r.latencyRows(&t)
 	r.resourceRows(&t)
-	r.streamRows(&t)
 	t.write(w)
+	r.streamTable(w)
 	if len(r.Notes) > 0 {
 		fmt.Fprintf(w, "\n## Notes\n\nWith the warnings the proxy and worker logged; some come from the harness closing watches and ending a load mid-request.\n\n")
 		for _, n := range r.Notes {
@@ -159,12 +159,24 @@ func (r *Results) resourceRows(t *table) {
 	}
 }
 
-func (r *Results) streamRows(t *table) {
+// streamTable writes one row per stream: transport, direction, direct and
+// Limen in the same run, their ratio, and the recording's size ratio.
+func (r *Results) streamTable(w io.Writer) {
+	if len(r.Streams) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\n## Streams\n\n%s per run, median of %d runs, MiB/s from the first byte to the last. "+
+		"\"Down\" is from the pod to kubectl, \"up\" from kubectl to the pod. The recording ratio is the bytes of the recordings "+
+		"the Limen runs left over the bytes of output they carried (stdin and port-forward are counted and audited, not recorded).\n\n",
+		mib(r.StreamSize), r.StreamRuns)
+	fmt.Fprintln(w, "| Stream | Transport | Direction | Direct | Limen | Limen ÷ direct | Recording ÷ output |")
+	fmt.Fprintln(w, "|---|---|---|---:|---:|---:|---:|")
 	for _, s := range r.Streams {
+		limen, rt := fmt.Sprintf("%.1f", s.Limen), times(ratio(s.Limen, s.Direct))
 		if s.Err != "" {
-			t.add(s.Name+" (MiB/s)", fmt.Sprintf("%.1f", s.Direct), "—", fmt.Sprintf("%.1f", s.Limen), "", "error: "+s.Err)
-			continue
+			limen, rt = limen+" (error: "+s.Err+")", "—"
 		}
-		t.pair(s.Name+" (MiB/s)", "%.1f", s.Direct, s.Limen)
+		fmt.Fprintf(w, "| %s | %s | %s | %.1f | %s | %s | %s |\n",
+			s.Name, s.Transport, s.Direction, s.Direct, limen, rt, recordingFigure(s))
 	}
 }

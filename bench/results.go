@@ -110,9 +110,21 @@ func (w WatchMemory) PerWatch(delta int64) float64 {
 // StreamPair is one stream throughput figure, in MiB/s, direct and through
 // Limen (the median of the runs).
 type StreamPair struct {
-	Name          string
+	Name      string // what moves: "exec output (text)", "port-forward", …
+	Transport string // "WebSocket", "SPDY", "SPDY in WebSocket"
+	Direction string // "down" (to kubectl) or "up" (from kubectl)
+	// Direct and Limen are MiB/s.
 	Direct, Limen float64
-	Err           string
+	// Recorded says the stream is recorded through Limen; RecordingRatio is
+	// then the recordings' bytes over the output's bytes (0: not measured).
+	Recorded       bool
+	RecordingRatio float64
+	Err            string
+}
+
+// Label names the stream in one line, as the goals do.
+func (s StreamPair) Label() string {
+	return fmt.Sprintf("%s, %s, %s", s.Name, s.Transport, s.Direction)
 }
 
 func ratio(a, b float64) float64 {
@@ -186,14 +198,37 @@ func (r *Results) Goals() []Goal {
 		})
 	}
 	for _, s := range r.Streams {
+		// The goals: exec output (stdin is not one of them) and
+		// port-forward both ways.
+		if strings.HasPrefix(s.Name, "exec input") {
+			continue
+		}
 		rt := ratio(s.Limen, s.Direct)
 		goals = append(goals, Goal{
-			Text:   "Stream throughput ≥ 90% of direct (" + s.Name + ")",
+			Text:   "Stream throughput ≥ 90% of direct (" + s.Label() + ")",
 			Figure: fmt.Sprintf("%.0f%%", 100*rt),
 			Met:    s.Err == "" && rt >= 0.9,
 		})
+		if s.Recorded && strings.Contains(s.Name, "(text)") {
+			goals = append(goals, Goal{
+				Text:   "Recording ≤ 1.5× the output for text (" + s.Label() + ")",
+				Figure: recordingFigure(s),
+				Met:    s.Err == "" && s.RecordingRatio > 0 && s.RecordingRatio <= 1.5,
+			})
+		}
 	}
 	return goals
+}
+
+// recordingFigure is a stream's recording size ratio for the report.
+func recordingFigure(s StreamPair) string {
+	switch {
+	case !s.Recorded:
+		return "not recorded"
+	case s.RecordingRatio == 0:
+		return "not measured"
+	}
+	return fmt.Sprintf("%.2f×", s.RecordingRatio)
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

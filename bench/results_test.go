@@ -64,3 +64,58 @@ func TestMarkdownHasThreeColumns(t *testing.T) {
 		t.Fatalf("no three-column p50 row:\n%s", b.String())
 	}
 }
+
+// TestStreamGoals: exec output and port-forward (both ways) are judged
+// against 90% of direct, exec input is reported but not a goal, and text
+// recordings against 1.5× their output.
+func TestStreamGoals(t *testing.T) {
+	r := &Results{Streams: []StreamPair{
+		{Name: "exec output (text)", Transport: "WebSocket", Direction: "down", Direct: 100, Limen: 95, Recorded: true, RecordingRatio: 1.1},
+		{Name: "exec output (binary)", Transport: "WebSocket", Direction: "down", Direct: 100, Limen: 80, Recorded: true, RecordingRatio: 2.4},
+		{Name: "exec input", Transport: "SPDY", Direction: "up", Direct: 100, Limen: 10},
+		{Name: "port-forward", Transport: "SPDY", Direction: "up", Direct: 100, Limen: 89},
+		{Name: "exec output (text)", Transport: "SPDY", Direction: "down", Direct: 100, Limen: 99, Recorded: true, RecordingRatio: 1.6},
+	}}
+	got := map[string]bool{}
+	for _, g := range r.Goals() {
+		got[g.Text] = g.Met
+	}
+	want := map[string]bool{
+		"Stream throughput ≥ 90% of direct (exec output (text), WebSocket, down)":    true,
+		"Recording ≤ 1.5× the output for text (exec output (text), WebSocket, down)": true,
+		"Stream throughput ≥ 90% of direct (exec output (binary), WebSocket, down)":  false,
+		"Stream throughput ≥ 90% of direct (port-forward, SPDY, up)":                 false,
+		"Stream throughput ≥ 90% of direct (exec output (text), SPDY, down)":         true,
+		"Recording ≤ 1.5× the output for text (exec output (text), SPDY, down)":      false,
+	}
+	for text, met := range want {
+		if g, ok := got[text]; !ok || g != met {
+			t.Errorf("goal %q: present=%v met=%v, want met=%v", text, ok, g, met)
+		}
+	}
+	for text := range got {
+		if strings.Contains(text, "exec input") || strings.Contains(text, "Recording ≤ 1.5× the output for text (exec output (binary)") {
+			t.Errorf("unexpected goal %q", text)
+		}
+	}
+}
+
+// TestStreamTable: one row per stream with direct, Limen, the ratio and the
+// recording ratio; an error shows instead of a ratio.
+func TestStreamTable(t *testing.T) {
+	r := &Results{StreamSize: 32 << 20, StreamRuns: 1, Streams: []StreamPair{
+		{Name: "exec output (text)", Transport: "WebSocket", Direction: "down", Direct: 100, Limen: 50, Recorded: true, RecordingRatio: 1.12},
+		{Name: "port-forward", Transport: "SPDY in WebSocket", Direction: "up", Direct: 100, Limen: 0, Err: "limen: broken"},
+	}}
+	var b bytes.Buffer
+	r.Markdown(&b)
+	out := b.String()
+	for _, want := range []string{
+		"| exec output (text) | WebSocket | down | 100.0 | 50.0 | 0.50× | 1.12× |",
+		"| port-forward | SPDY in WebSocket | up | 100.0 | 0.0 (error: limen: broken) | — | not recorded |",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks row %q:\n%s", want, out)
+		}
+	}
+}

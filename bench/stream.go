@@ -3,6 +3,7 @@ package bench
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -32,15 +33,19 @@ func (k Kubectl) command(ctx context.Context, args ...string) *exec.Cmd {
 	return cmd
 }
 
-// ExecThroughput prints size bytes of text lines in the pod through kubectl
-// exec and returns the rate of its output in MiB/s, timed from the first
-// byte to the last so kubectl's start and the exec handshake are left out.
-// Text, not zeros: a terminal's output is text, and a recording escapes
-// control bytes.
-func ExecThroughput(ctx context.Context, k Kubectl, namespace, pod string, size int64) (float64, error) {
+// ExecThroughput prints size bytes in the pod through kubectl exec and
+// returns the rate of its output in MiB/s, timed from the first byte to the
+// last so kubectl's start and the exec handshake are left out. The output is
+// text lines, as a terminal's is, or with binary random bytes, which a
+// recording cannot store as plain text.
+func ExecThroughput(ctx context.Context, k Kubectl, namespace, pod string, size int64, binary bool) (float64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
-	script := "yes 'limen-bench exec output: 0123456789 abcdefghijklmnopqrstuvwxyz ABCDEFGHIJ' | head -c " + strconv.FormatInt(size, 10)
+	n := strconv.FormatInt(size, 10)
+	script := "yes 'limen-bench exec output: 0123456789 abcdefghijklmnopqrstuvwxyz ABCDEFGHIJ' | head -c " + n
+	if binary {
+		script = "head -c " + n + " /dev/urandom"
+	}
 	cmd := k.command(ctx, "-n", namespace, "exec", pod, "--", "sh", "-c", script)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
@@ -56,6 +61,69 @@ func ExecThroughput(ctx context.Context, k Kubectl, namespace, pod string, size 
 		return 0, fmt.Errorf("kubectl exec: %w: %s", err, strings.TrimSpace(stderr.String()))
 	}
 	return rate, readErr
+}
+
+// ExecInputThroughput sends size bytes to a command's stdin through
+// kubectl exec -i and returns MiB/s, timed from the first byte written
+// after the command said it is ready to the command's word that it read
+// them all.
+func ExecInputThroughput(ctx context.Context, k Kubectl, namespace, pod string, size int64) (float64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	script := "echo ready; head -c " + strconv.FormatInt(size, 10) + " >/dev/null && echo done"
+	cmd := k.command(ctx, "-n", namespace, "exec", "-i", pod, "--", "sh", "-c", script)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return 0, err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return 0, err
+	}
+	if err := cmd.Start(); err != nil {
+		return 0, err
+	}
+	rate, sendErr := timedSend(out, in, size)
+	_ = in.Close()
+	if err := cmd.Wait(); err != nil {
+		return 0, fmt.Errorf("kubectl exec -i: %w: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	return rate, sendErr
+}
+
+// timedSend waits for the line "ready" on out, then writes size bytes to in
+// and waits for the line "done": MiB/s over that span.
+func timedSend(out io.Reader, in io.Writer, size int64) (float64, error) {
+	lines := bufio.NewScanner(out)
+	if !lines.Scan() || lines.Text() != "ready" {
+		return 0, fmt.Errorf("the command did not say it was ready: %q %v", lines.Text(), lines.Err())
+	}
+	start := time.Now()
+	sent := make(chan error, 1)
+	go func() { sent <- writeZeros(in, size) }()
+	if !lines.Scan() || lines.Text() != "done" {
+		return 0, fmt.Errorf("the command did not confirm it read %d bytes: %q %v (send: %v)", size, lines.Text(), lines.Err(), <-sent)
+	}
+	elapsed := time.Since(start)
+	if err := <-sent; err != nil {
+		return 0, err
+	}
+	return float64(size) / (1 << 20) / elapsed.Seconds(), nil
+}
+
+// writeZeros writes size zero bytes to w in 1 MiB writes.
+func writeZeros(w io.Writer, size int64) error {
+	buf := make([]byte, 1<<20)
+	for left := size; left > 0; {
+		n, err := w.Write(buf[:min(int64(len(buf)), left)])
+		left -= int64(n)
+		if err != nil {
+			return fmt.Errorf("wrote %d of %d bytes: %w", size-left, size, err)
+		}
+	}
+	return nil
 }
 
 // timedRead reads want bytes from r and returns MiB/s from the end of the
@@ -86,10 +154,12 @@ func timedRead(r io.Reader, want int64) (float64, error) {
 
 var forwarding = regexp.MustCompile(`^Forwarding from 127\.0\.0\.1:(\d+) ->`)
 
-// PortForwardThroughput starts kubectl port-forward to port of the pod,
-// reads size bytes from a server there that writes zeros (ServeZero), and
-// returns MiB/s from the first byte to the last.
-func PortForwardThroughput(ctx context.Context, k Kubectl, namespace, pod string, port int, size int64) (float64, error) {
+// PortForwardThroughput starts kubectl port-forward to port of the pod and
+// moves size bytes through it, returning MiB/s. Down, it reads them from a
+// server there that writes zeros (ServeZero), from the first byte to the
+// last; up, it writes them to a server that reads them (ServeSink), from the
+// first byte written to the server's word that it has them all.
+func PortForwardThroughput(ctx context.Context, k Kubectl, namespace, pod string, port int, size int64, up bool) (float64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	cmd := k.command(ctx, "-n", namespace, "port-forward", "pod/"+pod, ":"+strconv.Itoa(port))
@@ -125,7 +195,72 @@ func PortForwardThroughput(ctx context.Context, k Kubectl, namespace, pod string
 	defer conn.Close()
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer stop()
-	return timedRead(conn, size)
+	if !up {
+		return timedRead(conn, size)
+	}
+	return timedUpload(conn, size)
+}
+
+// timedUpload sends ServeSink the size, then size bytes, and waits for its
+// one-byte answer that it read them all: MiB/s from the first byte written
+// to the answer.
+func timedUpload(conn net.Conn, size int64) (float64, error) {
+	start := time.Now()
+	sent := make(chan error, 1)
+	go func() {
+		var head [8]byte
+		binary.BigEndian.PutUint64(head[:], uint64(size))
+		if _, err := conn.Write(head[:]); err != nil {
+			sent <- err
+			return
+		}
+		sent <- writeZeros(conn, size)
+	}()
+	var ack [1]byte
+	if _, err := io.ReadFull(conn, ack[:]); err != nil {
+		return 0, fmt.Errorf("the sink did not confirm %d bytes: %w (send: %v)", size, err, <-sent)
+	}
+	elapsed := time.Since(start)
+	if err := <-sent; err != nil {
+		return 0, err
+	}
+	return float64(size) / (1 << 20) / elapsed.Seconds(), nil
+}
+
+// ServeSink accepts connections on addr until ctx ends; on each it reads an
+// 8-byte big-endian count, then that many bytes, and answers one byte. It is
+// the pod behind the port-forward upload figures.
+func ServeSink(ctx context.Context, addr string) error {
+	var lc net.ListenConfig
+	l, err := lc.Listen(ctx, "tcp", addr)
+	if err != nil {
+		return err
+	}
+	stop := context.AfterFunc(ctx, func() { l.Close() })
+	defer stop()
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		go func() {
+			defer c.Close()
+			unwatch := context.AfterFunc(ctx, func() { c.Close() })
+			defer unwatch()
+			var head [8]byte
+			if _, err := io.ReadFull(c, head[:]); err != nil {
+				return
+			}
+			want := int64(binary.BigEndian.Uint64(head[:]))
+			if n, err := io.CopyN(io.Discard, c, want); err != nil || n != want {
+				return
+			}
+			_, _ = c.Write([]byte{1})
+		}()
+	}
 }
 
 // ServeZero accepts connections on addr and writes zeros to each until the

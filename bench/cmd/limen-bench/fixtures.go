@@ -68,14 +68,16 @@ func createConfigMap(ctx context.Context, client kubernetes.Interface, ns, name 
 }
 
 // startPods runs the exec target (sleep) and the port-forward target (this
-// binary's serve-zero on port) and waits until both run.
-func startPods(ctx context.Context, client kubernetes.Interface, self string, port int) error {
+// binary's serve-zero: zeros on zeroPort, a sink on sinkPort) and waits
+// until both run.
+func startPods(ctx context.Context, client kubernetes.Interface, self string, zeroPort, sinkPort int) error {
 	if err := waitServiceAccount(ctx, client, nsPods); err != nil {
 		return err
 	}
 	pods := map[string][]string{
-		execPod:   {"sleep", "3600"},
-		serverPod: {self, "serve-zero", "-addr", fmt.Sprintf("127.0.0.1:%d", port), "-for", "1h"},
+		execPod: {"sleep", "3600"},
+		serverPod: {self, "serve-zero", "-addr", fmt.Sprintf("127.0.0.1:%d", zeroPort),
+			"-sink-addr", fmt.Sprintf("127.0.0.1:%d", sinkPort), "-for", "1h"},
 	}
 	for name, argv := range pods {
 		pod := &corev1.Pod{

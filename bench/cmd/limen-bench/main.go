@@ -10,6 +10,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -121,7 +122,8 @@ func newestKubectl() string {
 // -addr for -for, then exits.
 func serveZero(args []string) error {
 	fs := flag.NewFlagSet("serve-zero", flag.ContinueOnError)
-	addr := fs.String("addr", "127.0.0.1:0", "listen address")
+	addr := fs.String("addr", "127.0.0.1:0", "listen address of the server writing zeros (port-forward down)")
+	sinkAddr := fs.String("sink-addr", "", "listen address of the server reading uploads (port-forward up); none if empty")
 	life := fs.Duration("for", time.Hour, "exit after this long")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -130,7 +132,20 @@ func serveZero(args []string) error {
 	defer cancel()
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return bench.ServeZero(ctx, *addr)
+	// Either server failing ends both: the pod exits, and the bench says so.
+	sinkErr := make(chan error, 1)
+	go func() {
+		if *sinkAddr == "" {
+			sinkErr <- nil
+			return
+		}
+		err := bench.ServeSink(ctx, *sinkAddr)
+		cancel()
+		sinkErr <- err
+	}()
+	err := bench.ServeZero(ctx, *addr)
+	cancel()
+	return errors.Join(err, <-sinkErr)
 }
 
 // machine fills in what the report says about the machine and the run.

@@ -183,36 +183,46 @@ func watches(ctx context.Context, c config, s *setup, r *bench.Results) (prof *b
 	return prof
 }
 
-// streams measures exec output and port-forward throughput with the real
-// kubectl over each transport it speaks.
+// streamKind is one row of the stream table: what moves, over which
+// transport, which way.
+type streamKind struct {
+	name, transport, direction string
+	env                        []string
+	profile                    string // pprof file prefix: profile the Limen runs of this row
+}
+
+// streamKinds are the rows: exec and port-forward, down and up, over every
+// transport kubectl speaks for them.
+var streamKinds = []streamKind{
+	{"exec output (text)", "WebSocket", "down", []string{"KUBECTL_REMOTE_COMMAND_WEBSOCKETS=true"}, "stream-exec-ws"},
+	{"exec output (binary)", "WebSocket", "down", []string{"KUBECTL_REMOTE_COMMAND_WEBSOCKETS=true"}, ""},
+	{"exec output (text)", "SPDY", "down", []string{"KUBECTL_REMOTE_COMMAND_WEBSOCKETS=false"}, ""},
+	{"exec input", "WebSocket", "up", []string{"KUBECTL_REMOTE_COMMAND_WEBSOCKETS=true"}, ""},
+	{"exec input", "SPDY", "up", []string{"KUBECTL_REMOTE_COMMAND_WEBSOCKETS=false"}, ""},
+	{"port-forward", "SPDY in WebSocket", "down", []string{"KUBECTL_PORT_FORWARD_WEBSOCKETS=true"}, ""},
+	{"port-forward", "SPDY in WebSocket", "up", []string{"KUBECTL_PORT_FORWARD_WEBSOCKETS=true"}, ""},
+	{"port-forward", "SPDY", "down", []string{"KUBECTL_PORT_FORWARD_WEBSOCKETS=false"}, "stream-pf-spdy"},
+	{"port-forward", "SPDY", "up", []string{"KUBECTL_PORT_FORWARD_WEBSOCKETS=false"}, ""},
+}
+
+// streams measures every streamKind with the real kubectl, direct and
+// through Limen, and the size of the recordings the Limen exec output runs
+// left.
 func streams(ctx context.Context, c config, s *setup, r *bench.Results) {
-	for _, kind := range []struct {
-		name string
-		env  []string
-		pf   bool
-	}{
-		{"exec output, WebSocket", []string{"KUBECTL_REMOTE_COMMAND_WEBSOCKETS=true"}, false},
-		{"exec output, SPDY", []string{"KUBECTL_REMOTE_COMMAND_WEBSOCKETS=false"}, false},
-		{"port-forward, WebSocket (SPDY in WebSocket)", []string{"KUBECTL_PORT_FORWARD_WEBSOCKETS=true"}, true},
-		{"port-forward, SPDY", []string{"KUBECTL_PORT_FORWARD_WEBSOCKETS=false"}, true},
-	} {
-		pair := bench.StreamPair{Name: kind.name}
+	for _, kind := range streamKinds {
+		pair := bench.StreamPair{Name: kind.name, Transport: kind.transport, Direction: kind.direction,
+			Recorded: strings.HasPrefix(kind.name, "exec output")}
 		for _, t := range []target{s.direct, s.limen} {
 			k := bench.Kubectl{Path: c.kubectl, Kubeconfig: t.kubeconfig, Env: kind.env}
 			var wait func() (bench.Profile, error)
-			if c.profile && t.name == "limen" && len(r.Streams) == 0 { // the first kind: exec over WebSocket
-				wait = profileDuring(ctx, s, "Stream throughput: "+kind.name, "stream-exec-ws",
-					fmt.Sprintf("the %d exec runs of %s through Limen", c.streamRuns, mib(c.streamSize)), 10*time.Second)
+			if c.profile && t.name == "limen" && kind.profile != "" {
+				wait = profileDuring(ctx, s, "Stream throughput: "+pair.Label(), kind.profile,
+					fmt.Sprintf("the %d runs of %s through Limen", c.streamRuns, mib(c.streamSize)), 10*time.Second)
 			}
+			before := recordings(s)
 			var rates []float64
 			for range c.streamRuns {
-				var rate float64
-				var err error
-				if kind.pf {
-					rate, err = bench.PortForwardThroughput(ctx, k, nsPods, serverPod, s.zeroPort, c.streamSize)
-				} else {
-					rate, err = bench.ExecThroughput(ctx, k, nsPods, execPod, c.streamSize)
-				}
+				rate, err := streamRun(ctx, k, s, kind, c.streamSize)
 				if err != nil {
 					pair.Err = fmt.Sprintf("%s: %v", t.name, err)
 					break
@@ -230,10 +240,73 @@ func streams(ctx context.Context, c config, s *setup, r *bench.Results) {
 				pair.Direct = bench.Median(rates)
 			} else {
 				pair.Limen = bench.Median(rates)
+				if pair.Recorded && pair.Err == "" {
+					pair.RecordingRatio = recordingRatio(ctx, s, before, int64(len(rates))*c.streamSize)
+				}
 			}
-			progress(os.Stderr, "%-6s %s: %.1f MiB/s %s", t.name, kind.name, bench.Median(rates), pair.Err)
+			progress(os.Stderr, "%-6s %s: %.1f MiB/s %s", t.name, pair.Label(), bench.Median(rates), pair.Err)
 		}
 		r.Streams = append(r.Streams, pair)
+	}
+}
+
+// streamRun moves size bytes once as kind says and returns MiB/s.
+func streamRun(ctx context.Context, k bench.Kubectl, s *setup, kind streamKind, size int64) (float64, error) {
+	up := kind.direction == "up"
+	switch {
+	case kind.name == "port-forward" && up:
+		return bench.PortForwardThroughput(ctx, k, nsPods, serverPod, s.sinkPort, size, true)
+	case kind.name == "port-forward":
+		return bench.PortForwardThroughput(ctx, k, nsPods, serverPod, s.zeroPort, size, false)
+	case up:
+		return bench.ExecInputThroughput(ctx, k, nsPods, execPod, size)
+	}
+	return bench.ExecThroughput(ctx, k, nsPods, execPod, size, strings.Contains(kind.name, "binary"))
+}
+
+// recordings returns the finished recordings in the worker's spool and the
+// proxy's store by file name (an uploaded recording is in both, with the
+// same bytes), with their sizes.
+func recordings(s *setup) map[string]int64 {
+	found := map[string]int64{}
+	for _, role := range []string{"proxy", "worker"} {
+		root := filepath.Join(s.env.Dir, role)
+		_ = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".cast") {
+				return nil
+			}
+			if info, err := d.Info(); err == nil {
+				found[d.Name()] = info.Size()
+			}
+			return nil
+		})
+	}
+	return found
+}
+
+// recordingRatio waits (up to 30 s) until the runs' recordings are finished
+// and returns their bytes over output, the bytes they carried; 0 if none
+// appeared.
+func recordingRatio(ctx context.Context, s *setup, before map[string]int64, output int64) float64 {
+	deadline := time.Now().Add(30 * time.Second)
+	var last int64 = -1
+	for {
+		var added int64
+		for name, size := range recordings(s) {
+			if _, old := before[name]; !old {
+				added += size
+			}
+		}
+		// Finished recordings are renamed from .cast.part once complete:
+		// the total stops growing when the last one is.
+		if (added > 0 && added == last) || time.Now().After(deadline) || ctx.Err() != nil {
+			if added == 0 || output == 0 {
+				return 0
+			}
+			return float64(added) / float64(output)
+		}
+		last = added
+		time.Sleep(time.Second)
 	}
 }
 

@@ -37,7 +37,7 @@ type setup struct {
 	limen    target
 	// The processes whose CPU and memory are read from /proc.
 	apiserver, proxy, worker, baselinePID int
-	zeroPort                              int
+	zeroPort, sinkPort                    int
 	// The proxy's and worker's pprof addresses (--debug-listen), and where
 	// their profiles are written.
 	proxyDebug, workerDebug string
@@ -161,7 +161,10 @@ func start(ctx context.Context, dir string) (_ *setup, stop func(), err error) {
 	if s.zeroPort, err = freePort(); err != nil {
 		return nil, stop, err
 	}
-	if err := startPods(ctx, cluster.Client, self, s.zeroPort); err != nil {
+	if s.sinkPort, err = freePort(); err != nil {
+		return nil, stop, err
+	}
+	if err := startPods(ctx, cluster.Client, self, s.zeroPort, s.sinkPort); err != nil {
 		return nil, stop, err
 	}
 	return s, stop, nil
