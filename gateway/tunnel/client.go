@@ -158,7 +158,7 @@ func (c *Client) session(ctx context.Context, log *slog.Logger, handlers *sync.W
 	if err != nil {
 		return err
 	}
-	sess, err := yamux.Server(conn, yamuxConfig(t, log))
+	sess, err := yamux.Server(newCoalescedConn(conn), yamuxConfig(t, log))
 	if err != nil {
 		_ = conn.Close()
 		return fmt.Errorf("yamux: %w", err)

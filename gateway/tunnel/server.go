@@ -112,7 +112,7 @@ func (s *Server) ServeConn(ctx context.Context, conn *tls.Conn, cluster string) 
 	// Liveness is the control stream's job from here; drop any deadline
 	// the listener set for the handshake.
 	_ = conn.SetDeadline(time.Time{})
-	sess, err := yamux.Client(conn, yamuxConfig(t, log))
+	sess, err := yamux.Client(newCoalescedConn(conn), yamuxConfig(t, log))
 	if err != nil {
 		return fmt.Errorf("yamux: %w", err)
 	}
