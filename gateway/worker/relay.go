@@ -397,7 +397,10 @@ type tap struct {
 
 	mu    sync.Mutex
 	ports map[string]bool
-	exit  *int
+	// seen are the ports of frames already noted in ports, so that a frame
+	// of a known port costs a map lookup, not a string allocation.
+	seen map[uint16]bool
+	exit *int
 }
 
 func (t *tap) next() stream.Handler {
@@ -453,7 +456,13 @@ func (t *tap) summary() ([]string, *int) {
 
 func (t *tap) port(p uint16) {
 	t.mu.Lock()
-	t.ports[strconv.Itoa(int(p))] = true
+	if !t.seen[p] {
+		if t.seen == nil {
+			t.seen = map[uint16]bool{}
+		}
+		t.seen[p] = true
+		t.ports[strconv.Itoa(int(p))] = true
+	}
 	t.mu.Unlock()
 }
 

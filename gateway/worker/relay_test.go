@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -398,4 +399,20 @@ func unsent(t *testing.T, c *net.TCPConn) int {
 		t.Fatal(ierr)
 	}
 	return n
+}
+
+// TestTapPortDataAllocatesOncePerPort: a port-forward's data frames note
+// their port without allocating after the port's first frame.
+func TestTapPortDataAllocatesOncePerPort(t *testing.T) {
+	tp := &tap{ports: map[string]bool{}}
+	if err := tp.PortData(5432, stream.ServerToClient, 32<<10); err != nil {
+		t.Fatal(err)
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = tp.PortData(5432, stream.ClientToServer, 32<<10) }); n != 0 {
+		t.Errorf("PortData of a known port: %v allocations per frame, want 0", n)
+	}
+	_ = tp.PortError(8080, "refused")
+	if ports, _ := tp.summary(); !slices.Equal(ports, []string{"5432", "8080"}) {
+		t.Errorf("ports = %v, want [5432 8080]", ports)
+	}
 }
