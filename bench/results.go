@@ -119,7 +119,11 @@ type StreamPair struct {
 	// then the recordings' bytes over the output's bytes (0: not measured).
 	Recorded       bool
 	RecordingRatio float64
-	Err            string
+	// ProxyCPU and WorkerCPU are each process's CPU time per MiB carried
+	// during the Limen runs (0: not measured). Unlike the rate, CPU per
+	// byte hardly moves with the machine's load.
+	ProxyCPU, WorkerCPU time.Duration
+	Err                 string
 }
 
 // Label names the stream in one line, as the goals do.

@@ -104,15 +104,16 @@ func TestStreamGoals(t *testing.T) {
 // recording ratio; an error shows instead of a ratio.
 func TestStreamTable(t *testing.T) {
 	r := &Results{StreamSize: 32 << 20, StreamRuns: 1, Streams: []StreamPair{
-		{Name: "exec output (text)", Transport: "WebSocket", Direction: "down", Direct: 100, Limen: 50, Recorded: true, RecordingRatio: 1.12},
+		{Name: "exec output (text)", Transport: "WebSocket", Direction: "down", Direct: 100, Limen: 50, Recorded: true, RecordingRatio: 1.12,
+			ProxyCPU: 2500 * time.Microsecond, WorkerCPU: 4 * time.Millisecond},
 		{Name: "port-forward", Transport: "SPDY in WebSocket", Direction: "up", Direct: 100, Limen: 0, Err: "limen: broken"},
 	}}
 	var b bytes.Buffer
 	r.Markdown(&b)
 	out := b.String()
 	for _, want := range []string{
-		"| exec output (text) | WebSocket | down | 100.0 | 50.0 | 0.50× | 1.12× |",
-		"| port-forward | SPDY in WebSocket | up | 100.0 | 0.0 (error: limen: broken) | — | not recorded |",
+		"| exec output (text) | WebSocket | down | 100.0 | 50.0 | 0.50× | 1.12× | 2.5 ms, 4.0 ms |",
+		"| port-forward | SPDY in WebSocket | up | 100.0 | 0.0 (error: limen: broken) | — | not recorded | — |",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks row %q:\n%s", want, out)

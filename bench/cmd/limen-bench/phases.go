@@ -219,7 +219,7 @@ func streams(ctx context.Context, c config, s *setup, r *bench.Results) {
 				wait = profileDuring(ctx, s, "Stream throughput: "+pair.Label(), kind.profile,
 					fmt.Sprintf("the %d runs of %s through Limen", c.streamRuns, mib(c.streamSize)), 10*time.Second)
 			}
-			before := recordings(s)
+			before, cpu0 := recordings(s), cpu(s)
 			var rates []float64
 			for range c.streamRuns {
 				rate, err := streamRun(ctx, k, s, kind, c.streamSize)
@@ -240,6 +240,10 @@ func streams(ctx context.Context, c config, s *setup, r *bench.Results) {
 				pair.Direct = bench.Median(rates)
 			} else {
 				pair.Limen = bench.Median(rates)
+				if used, carried := cpu(s).minus(cpu0), float64(len(rates))*float64(c.streamSize)/(1<<20); carried > 0 {
+					pair.ProxyCPU = time.Duration(float64(used.proxy) / carried)
+					pair.WorkerCPU = time.Duration(float64(used.worker) / carried)
+				}
 				if pair.Recorded && pair.Err == "" {
 					pair.RecordingRatio = recordingRatio(ctx, s, before, int64(len(rates))*c.streamSize)
 				}
