@@ -116,3 +116,41 @@ func TestBacklogCloseWakesWriter(t *testing.T) {
 		t.Fatalf("read after Close: %v", err)
 	}
 }
+
+// TestBacklogTailSparesTheFile: a backlog that stays under twice its
+// memory part never writes the file, even while it is spilled, and its
+// bytes still come out in order; past that, the file is written in
+// tail-sized writes, not one per Write.
+func TestBacklogTailSparesTheFile(t *testing.T) {
+	const memory = 4 << 10
+	b := NewBacklog(t.TempDir(), memory, 1<<20)
+	defer b.Close()
+	var want []byte
+	write := func(n int) {
+		p := bytes.Repeat([]byte{byte(len(want))}, n)
+		want = append(want, p...)
+		if _, err := b.Write(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 7 { // 7 KiB: memory full, the tail holds the rest
+		write(1 << 10)
+	}
+	if b.file != nil {
+		t.Fatal("the file was created for a backlog under twice the memory size")
+	}
+	for range 16 { // 16 KiB more: the tail reaches the file in 4 KiB writes
+		write(1 << 10)
+	}
+	if b.file == nil {
+		t.Fatal("a backlog of 23 KiB with 4 KiB of memory did not spill")
+	}
+	if b.fw%memory != 0 {
+		t.Errorf("the file holds %d bytes: not whole tails of %d", b.fw, memory)
+	}
+	b.CloseWrite(nil)
+	got, err := io.ReadAll(b)
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("read %d bytes (%v), not the %d written in order", len(got), err, len(want))
+	}
+}
