@@ -89,6 +89,7 @@ cannot fill the audit store.`,
 	addProxyStorageFlags(f)
 	addPolicyFlags(f)
 	addDebugFlags(f)
+	addTelemetryFlags(f)
 	cmd.AddCommand(newProxyStatusCmd())
 	return cmd
 }
@@ -157,8 +158,11 @@ func runProxy(cmd *cobra.Command, _ []string) error {
 	if err != nil {
 		return err
 	}
-	log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 	v, err := loadConfig(cmd)
+	if err != nil {
+		return err
+	}
+	log, err := newLogger(cmd.ErrOrStderr(), v)
 	if err != nil {
 		return err
 	}
@@ -166,11 +170,19 @@ func runProxy(cmd *cobra.Command, _ []string) error {
 	if err != nil {
 		return err
 	}
+	tel, err := startTelemetry(cmd.Context(), v, "limen-proxy", log)
+	if err != nil {
+		return err
+	}
+	defer stopTelemetry(tel, log)
 	s, err := proxy.New(cmd.Context(), c.gateway(popts, log))
 	if err != nil {
 		return err
 	}
 	defer s.Close()
+	if err := serveMetrics(cmd.Context(), v, tel, proxyProbes(s), log); err != nil {
+		return err
+	}
 	if err := serveDebug(cmd.Context(), v, log); err != nil {
 		return err
 	}

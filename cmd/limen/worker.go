@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"log/slog"
 	"strings"
 	"time"
 
@@ -73,6 +72,7 @@ the extra "` + impersonate.SessionExtraConstrained + `" instead of "` + imperson
 	addWorkerKubeFlags(f)
 	addPolicyFlags(f)
 	addDebugFlags(f)
+	addTelemetryFlags(f)
 	cmd.AddCommand(newWorkerStatusCmd())
 	return cmd
 }
@@ -142,7 +142,13 @@ func runWorker(cmd *cobra.Command, _ []string) error {
 	if err != nil {
 		return err
 	}
-	log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+	log, err := newLogger(cmd.ErrOrStderr(), v)
+	if err != nil {
+		return err
+	}
+	if err := telemetryConfig(v, "limen-worker").Validate(); err != nil {
+		return err
+	}
 	// Policy and impersonation settings are checked before enrolling: a
 	// refused bundle URL or user prefix must not cost a one-time join token.
 	popts, err := policyOptions(v, log)
@@ -175,6 +181,14 @@ func runWorker(cmd *cobra.Command, _ []string) error {
 		return err
 	}
 	defer s.Close()
+	tel, err := startTelemetry(cmd.Context(), v, "limen-worker", log)
+	if err != nil {
+		return err
+	}
+	defer stopTelemetry(tel, log)
+	if err := serveMetrics(cmd.Context(), v, tel, workerProbes(s, c.DataDir, c.RecordingSpoolMaxBytes), log); err != nil {
+		return err
+	}
 	if err := serveDebug(cmd.Context(), v, log); err != nil {
 		return err
 	}
