@@ -39,7 +39,7 @@ func TestCoalescedConn(t *testing.T) {
 		sizes  []int // the sizes of the writes the connection saw
 	}{
 		{"small data frame: one write", [][]byte{header(0, 100), small}, []int{112}},
-		{"large data frame: a record's worth, then the rest", [][]byte{header(0, 40 << 10), large}, []int{16 << 10, 40<<10 - firstWrite}},
+		{"large data frame: a record's worth, then the rest", [][]byte{header(0, 40<<10), large}, []int{16 << 10, 40<<10 - firstWrite}},
 		{"window update passes through", [][]byte{header(1, 0)}, []int{12}},
 		{"empty data frame (FIN) passes through", [][]byte{header(0, 0)}, []int{12}},
 		{"ping, then a data frame", [][]byte{header(2, 0), header(0, 100), small}, []int{12, 112}},
