@@ -13,6 +13,7 @@ import (
 	"github.com/limenhq/limen/gateway/ca"
 	"github.com/limenhq/limen/gateway/policy"
 	"github.com/limenhq/limen/gateway/proxy"
+	"github.com/limenhq/limen/gateway/telemetry"
 )
 
 // proxyConfig is the proxy's typed configuration; keys are the flag names.
@@ -180,6 +181,7 @@ func runProxy(cmd *cobra.Command, _ []string) error {
 		return err
 	}
 	defer s.Close()
+	s.Sessions.OnEnded(streamMetrics(tel.Metrics, telemetry.HopProxy))
 	if err := serveMetrics(cmd.Context(), v, tel, proxyProbes(s), log); err != nil {
 		return err
 	}

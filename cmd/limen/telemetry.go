@@ -185,3 +185,10 @@ func oldestCast(dir string) time.Duration {
 	}
 	return time.Since(oldest)
 }
+
+// streamMetrics counts each ended stream's bytes and reason at hop.
+func streamMetrics(m *telemetry.Metrics, hop string) func(sessions.Info) {
+	return func(i sessions.Info) {
+		m.StreamEnded(context.Background(), hop, string(i.Kind), string(i.Reason), i.BytesIn, i.BytesOut)
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"github.com/limenhq/limen/gateway/enroll"
 	"github.com/limenhq/limen/gateway/impersonate"
 	"github.com/limenhq/limen/gateway/recording"
+	"github.com/limenhq/limen/gateway/telemetry"
 	"github.com/limenhq/limen/gateway/worker"
 )
 
@@ -186,6 +187,8 @@ func runWorker(cmd *cobra.Command, _ []string) error {
 		return err
 	}
 	defer stopTelemetry(tel, log)
+	s.Handler.Tracer, s.Handler.Metrics = tel.Tracer, tel.Metrics
+	s.Sessions.OnEnded(streamMetrics(tel.Metrics, telemetry.HopWorker))
 	if err := serveMetrics(cmd.Context(), v, tel, workerProbes(s, c.DataDir, c.RecordingSpoolMaxBytes), log); err != nil {
 		return err
 	}

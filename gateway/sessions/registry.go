@@ -44,6 +44,23 @@ type Registry struct {
 	recent []Info // ring of ended sessions: n of them, oldest at index at
 	at, n  int
 	closed bool
+
+	// observers are told of every ended session after OnEnd (metrics).
+	observers atomic.Pointer[[]func(Info)]
+}
+
+// OnEnded adds f to the functions told of every session that ends, after
+// Config.OnEnd, on the same goroutine; keep it short. It is for observers
+// (metrics) that come after the registry was built.
+func (r *Registry) OnEnded(f func(Info)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var fs []func(Info)
+	if old := r.observers.Load(); old != nil {
+		fs = append(fs, *old...)
+	}
+	fs = append(fs, f)
+	r.observers.Store(&fs)
 }
 
 // New builds a registry.
@@ -270,6 +287,11 @@ func (l *Live) end(e *Ended) bool {
 		"bytes_in", info.BytesIn, "bytes_out", info.BytesOut)
 	if l.reg.cfg.OnEnd != nil {
 		l.reg.cfg.OnEnd(info)
+	}
+	if fs := l.reg.observers.Load(); fs != nil {
+		for _, f := range *fs {
+			f(info)
+		}
 	}
 	return true
 }

@@ -327,3 +327,32 @@ func TestConcurrent(t *testing.T) {
 		}
 	}
 }
+
+// TestOnEndedObservers: every observer added after the registry was built
+// hears of each ended session once, with its reason, after OnEnd.
+func TestOnEndedObservers(t *testing.T) {
+	r, e := newReg(t, nil)
+	var mu sync.Mutex
+	var got []string
+	for _, name := range []string{"first", "second"} {
+		r.OnEnded(func(i Info) {
+			mu.Lock()
+			defer mu.Unlock()
+			if e.reasons()[i.ID] == "" {
+				t.Errorf("observer %s ran before OnEnd for %s", name, i.ID)
+			}
+			got = append(got, name+":"+i.ID+":"+string(i.Reason))
+		})
+	}
+	l, err := r.Register(context.Background(), sess("s1", "alice"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.End(ReasonCompleted)
+	l.End(ReasonCompleted) // once only
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"first:s1:completed", "second:s1:completed"}; !slices.Equal(got, want) {
+		t.Fatalf("observers saw %v, want %v", got, want)
+	}
+}

@@ -9,6 +9,9 @@ import (
 	"net/http"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/limenhq/limen/gateway/audit"
 	"github.com/limenhq/limen/gateway/impersonate"
 	"github.com/limenhq/limen/gateway/reqinfo"
@@ -33,6 +36,7 @@ type exchange struct {
 	// connection it goes out on.
 	upgrading bool
 	conn      gotConn
+	observed  bool // observe ran: the status is on the span and in the metrics
 }
 
 // event is the audit event every later one starts from: who, as which
@@ -63,6 +67,7 @@ func (x *exchange) kubeEvent(status int) audit.Event {
 // refuse answers the request itself, after its audit event: auth.denied
 // for a denial, kube.request otherwise.
 func (x *exchange) refuse(rf *refusal) {
+	x.observe(x.req.Context(), rf.code)
 	ev := x.kubeEvent(rf.code)
 	if rf.reason != "" {
 		ev = x.event()
@@ -177,7 +182,14 @@ func (x *exchange) roundTrip(ctx context.Context, out *http.Request, s *session)
 	if s != nil {
 		out.Body = s.countIn(out.Body)
 	}
+	uctx, span := h.startSpan(ctx, "limen.worker.upstream", trace.SpanKindClient)
+	injectTrace(uctx, out)
 	resp, err := rt.RoundTrip(out)
+	if resp != nil {
+		span.SetAttributes(attribute.Int("http.response.status_code", resp.StatusCode))
+		x.observe(ctx, resp.StatusCode)
+	}
+	span.End()
 	if err != nil {
 		s.finish(ctx, outsideEnd(ctx, audit.EndUpstreamReset), fmt.Errorf("request to the API server: %w", err))
 		if ctx.Err() != nil {

@@ -27,6 +27,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/limenhq/limen/gateway/audit"
 	"github.com/limenhq/limen/gateway/grant"
 	"github.com/limenhq/limen/gateway/identity"
@@ -35,6 +37,7 @@ import (
 	"github.com/limenhq/limen/gateway/policy"
 	"github.com/limenhq/limen/gateway/recording"
 	"github.com/limenhq/limen/gateway/sessions"
+	"github.com/limenhq/limen/gateway/telemetry"
 )
 
 // Rechecker is the worker's own policy: which of the granted groups it
@@ -85,6 +88,11 @@ type Handler struct {
 	// Backlog bounds the API server output a stream reads ahead of the
 	// user (see relay.go).
 	Backlog Backlog
+	// Tracer makes each request's spans, children of the proxy's span the
+	// grant request names; nil makes none. Metrics records each request's
+	// duration; nil records nothing.
+	Tracer  trace.Tracer
+	Metrics *telemetry.Metrics
 
 	// verifier checks each distinct grant's signature once.
 	verifierOnce sync.Once
@@ -137,12 +145,17 @@ func (h *Handler) ServeStream(ctx context.Context, stream net.Conn) {
 		h.Logger.Warn("bad request stream", "err", err)
 		return // not a proxy speaking the protocol: nothing to answer
 	}
+	ctx, span := h.startRequestSpan(ctx, preq)
+	defer span.End()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	x.req = x.req.WithContext(ctx)
 
 	var rf *refusal
-	if x.adm, rf = h.admit(ctx, token, preq, x.req); rf != nil {
+	actx, admitSpan := h.startSpan(ctx, "limen.worker.admit", trace.SpanKindInternal)
+	x.adm, rf = h.admit(actx, token, preq, x.req)
+	admitSpan.End()
+	if rf != nil {
 		x.refuse(rf)
 		return
 	}

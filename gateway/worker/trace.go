@@ -1,0 +1,75 @@
+package worker
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/limenhq/limen/gateway/grant"
+	"github.com/limenhq/limen/gateway/telemetry"
+)
+
+// traceContext reads and writes W3C traceparent headers.
+var traceContext = propagation.TraceContext{}
+
+// tracer is h's tracer, or a no-op one.
+func (h *Handler) tracer() trace.Tracer {
+	if h.Tracer == nil {
+		return noop.NewTracerProvider().Tracer("")
+	}
+	return h.Tracer
+}
+
+// startRequestSpan starts the worker's span of one request, as a child of
+// the proxy's span named by the stream's traceparent. Only what the audit
+// trail records goes into attributes: no query string, no body.
+func (h *Handler) startRequestSpan(ctx context.Context, preq grant.Request) (context.Context, trace.Span) {
+	if preq.TraceParent != "" {
+		ctx = traceContext.Extract(ctx, propagation.MapCarrier{"traceparent": preq.TraceParent})
+	}
+	return h.tracer().Start(ctx, "limen.worker.request", trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(attribute.String("limen.cluster", h.Cluster.Name), attribute.String("limen.session", preq.SessionID)))
+}
+
+// startSpan starts a child span of the request's for one step.
+func (h *Handler) startSpan(ctx context.Context, name string, kind trace.SpanKind) (context.Context, trace.Span) {
+	return h.tracer().Start(ctx, name, trace.WithSpanKind(kind))
+}
+
+// injectTrace puts ctx's span in out's traceparent header, so that the API
+// server's own spans (its --tracing-config-file) join the trace. Without a
+// recording span, the client's traceparent, if any, goes on untouched.
+func injectTrace(ctx context.Context, out *http.Request) {
+	if trace.SpanContextFromContext(ctx).IsValid() {
+		out.Header.Del("tracestate")
+		traceContext.Inject(ctx, propagation.HeaderCarrier(out.Header))
+	}
+}
+
+// observe records the request's status on its span and its duration to
+// its response head in the metrics, once.
+func (x *exchange) observe(ctx context.Context, code int) {
+	if x.observed {
+		return
+	}
+	x.observed = true
+	verb := "unknown"
+	if x.info != nil {
+		verb = x.info.Verb
+	}
+	span := trace.SpanFromContext(ctx)
+	span.SetAttributes(attribute.String("k8s.verb", verb), attribute.Int("http.response.status_code", code))
+	if i := x.info; i != nil {
+		span.SetAttributes(attribute.String("k8s.resource", i.Resource), attribute.String("k8s.namespace", i.Namespace))
+	}
+	if code >= 500 {
+		span.SetStatus(codes.Error, strconv.Itoa(code))
+	}
+	x.h.Metrics.Request(ctx, telemetry.HopWorker, x.h.Cluster.Name, verb, code, x.h.Now().Sub(x.start))
+}
