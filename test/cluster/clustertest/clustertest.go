@@ -27,6 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/rand"
 
 	"github.com/limenhq/limen/test/cluster/controlplane"
+	"github.com/limenhq/limen/test/otlpsink"
 )
 
 // SkipEnv names the variable that, set to 1, skips every test needing the
@@ -36,6 +37,7 @@ const SkipEnv = "LIMEN_SKIP_CLUSTER"
 var shared struct {
 	once    sync.Once
 	cluster *controlplane.Cluster
+	traces  *otlpsink.Sink
 	dir     string
 	err     error
 }
@@ -88,6 +90,9 @@ func teardown() {
 	if shared.cluster != nil {
 		shared.cluster.Stop()
 	}
+	if shared.traces != nil {
+		shared.traces.Stop()
+	}
 	if shared.dir != "" {
 		_ = os.RemoveAll(shared.dir)
 	}
@@ -106,9 +111,15 @@ func Cluster(t testing.TB) *controlplane.Cluster {
 		if shared.err != nil {
 			return
 		}
+		// The API server sends its spans of traced requests here
+		// (Traces); it traces no other request.
+		if shared.traces, shared.err = otlpsink.Start(); shared.err != nil {
+			return
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 		defer cancel()
-		shared.cluster, shared.err = controlplane.Start(ctx, controlplane.Options{Dir: shared.dir, Progress: os.Stderr})
+		shared.cluster, shared.err = controlplane.Start(ctx, controlplane.Options{Dir: shared.dir, Progress: os.Stderr,
+			TracingEndpoint: shared.traces.Addr})
 	})
 	if shared.err != nil {
 		t.Fatalf("start control plane: %v", shared.err)
@@ -117,6 +128,14 @@ func Cluster(t testing.TB) *controlplane.Cluster {
 		t.Fatalf("control plane is down: %v", err)
 	}
 	return shared.cluster
+}
+
+// Traces is the OTLP receiver the shared API server exports its spans to:
+// those of requests that arrived inside a sampled trace. Limen's processes
+// may export to it too (its Addr), so that a test sees one whole trace.
+func Traces(t testing.TB) *otlpsink.Sink {
+	Cluster(t)
+	return shared.traces
 }
 
 // removeStale deletes the directories of earlier test binaries that died

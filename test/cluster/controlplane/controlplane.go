@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -36,6 +37,11 @@ type Options struct {
 	Progress io.Writer
 	// Logger receives the fake kubelet's logs; nil discards.
 	Logger *slog.Logger
+	// TracingEndpoint, if set, is an OTLP/gRPC collector (HOST:PORT) for
+	// the API server's own spans (its --tracing-config-file). It samples
+	// no trace of its own, so it records only requests that arrive inside
+	// a sampled trace, such as Limen's with tracing on.
+	TracingEndpoint string
 }
 
 // Cluster is a running control plane.
@@ -93,7 +99,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		return nil, err
 	}
 	fmt.Fprintf(progress, "cluster: etcd ready on %s\n", hostPort(etcdClient))
-	if err := c.startAPIServer(ctx, p, apiPort, etcdClient); err != nil {
+	if err := c.startAPIServer(ctx, p, apiPort, etcdClient, opts.TracingEndpoint); err != nil {
 		return nil, err
 	}
 	fmt.Fprintf(progress, "cluster: kube-apiserver ready at %s (%s)\n", c.Server, time.Since(start).Round(time.Millisecond))
@@ -165,9 +171,18 @@ func (c *Cluster) startEtcd(ctx context.Context, clientPort, peerPort int) error
 	})
 }
 
-func (c *Cluster) startAPIServer(ctx context.Context, p *pki, port, etcdPort int) error {
-	proc, err := startProcess(c.Dir, "kube-apiserver", c.Binaries.Path("kube-apiserver"),
-		"--etcd-servers", "http://"+hostPort(etcdPort),
+func (c *Cluster) startAPIServer(ctx context.Context, p *pki, port, etcdPort int, tracing string) error {
+	var extra []string
+	if tracing != "" {
+		f := filepath.Join(c.Dir, "tracing.yaml")
+		cfg := "apiVersion: apiserver.config.k8s.io/v1\nkind: TracingConfiguration\nendpoint: " + tracing + "\nsamplingRatePerMillion: 0\n"
+		if err := os.WriteFile(f, []byte(cfg), 0o600); err != nil {
+			return err
+		}
+		extra = append(extra, "--tracing-config-file", f)
+	}
+	proc, err := startProcess(c.Dir, "kube-apiserver", c.Binaries.Path("kube-apiserver"), append([]string{
+		"--etcd-servers", "http://" + hostPort(etcdPort),
 		"--bind-address", "127.0.0.1", "--secure-port", strconv.Itoa(port),
 		// The API server refuses a loopback advertise address unless it does
 		// not manage the kubernetes Service endpoints itself.
@@ -186,6 +201,7 @@ func (c *Cluster) startAPIServer(ctx context.Context, p *pki, port, etcdPort int
 		"--api-audiences", "https://kubernetes.default.svc",
 		"--service-cluster-ip-range", "10.0.0.0/24",
 		"--allow-privileged", "--profiling=false", "--v", "1",
+	}, extra...)...,
 	)
 	if err != nil {
 		return err
