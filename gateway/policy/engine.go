@@ -52,6 +52,9 @@ type Decision struct {
 	Revision string
 	// Roles maps each granting role to its groups (Explain only).
 	Roles map[string][]string
+	// Cached says the decision came from the cache of the active bundle's
+	// decisions (Groups only), for traces.
+	Cached bool
 }
 
 // New validates opts and builds an engine. The embedded default or a static
@@ -135,7 +138,7 @@ func (e *Engine) Groups(ctx context.Context, p identity.Principal, c Cluster) (D
 	var buf [256]byte
 	key := appendCacheKey(buf[:0], p, c)
 	if g, ok := s.cache.get(key); ok {
-		return Decision{Groups: slices.Clone(g), Revision: s.revision}, nil
+		return Decision{Groups: slices.Clone(g), Revision: s.revision, Cached: true}, nil
 	}
 	if err := checkInput(p, c); err != nil {
 		return Decision{}, err
