@@ -181,6 +181,7 @@ func runProxy(cmd *cobra.Command, _ []string) error {
 		return err
 	}
 	defer s.Close()
+	s.Kube.Tracer, s.Kube.Metrics = hooks(v, tel)
 	s.Sessions.OnEnded(streamMetrics(tel.Metrics, telemetry.HopProxy))
 	if err := serveMetrics(cmd.Context(), v, tel, proxyProbes(s), log); err != nil {
 		return err

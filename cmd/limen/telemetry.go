@@ -192,3 +192,18 @@ func streamMetrics(m *telemetry.Metrics, hop string) func(sessions.Info) {
 		m.StreamEnded(context.Background(), hop, string(i.Kind), string(i.Reason), i.BytesIn, i.BytesOut)
 	}
 }
+
+// hooks returns the tracer and metrics a hop's request path should use: nil
+// for what is off, so that a process without tracing or a metrics address
+// pays nothing per request.
+func hooks(v *viper.Viper, tel *telemetry.Telemetry) (trace.Tracer, *telemetry.Metrics) {
+	var tr trace.Tracer
+	var m *telemetry.Metrics
+	if tel.Tracing {
+		tr = tel.Tracer
+	}
+	if strings.TrimSpace(v.GetString("metrics-listen")) != "" {
+		m = tel.Metrics
+	}
+	return tr, m
+}

@@ -187,7 +187,7 @@ func runWorker(cmd *cobra.Command, _ []string) error {
 		return err
 	}
 	defer stopTelemetry(tel, log)
-	s.Handler.Tracer, s.Handler.Metrics = tel.Tracer, tel.Metrics
+	s.Handler.Tracer, s.Handler.Metrics = hooks(v, tel)
 	s.Sessions.OnEnded(streamMetrics(tel.Metrics, telemetry.HopWorker))
 	if err := serveMetrics(cmd.Context(), v, tel, workerProbes(s, c.DataDir, c.RecordingSpoolMaxBytes), log); err != nil {
 		return err

@@ -22,6 +22,9 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/limenhq/limen/gateway/audit"
 	"github.com/limenhq/limen/gateway/bytesize"
 	"github.com/limenhq/limen/gateway/grant"
@@ -32,6 +35,7 @@ import (
 	"github.com/limenhq/limen/gateway/policy"
 	"github.com/limenhq/limen/gateway/reqinfo"
 	"github.com/limenhq/limen/gateway/sessions"
+	"github.com/limenhq/limen/gateway/telemetry"
 	"github.com/limenhq/limen/gateway/tunnel"
 )
 
@@ -92,6 +96,10 @@ type Kube struct {
 	MaxWorkerHeadBytes int
 	Logger             *slog.Logger
 	Now                func() time.Time
+	// Tracer makes each request's spans; nil makes none. Metrics records
+	// each request's latency to its response head; nil records nothing.
+	Tracer  trace.Tracer
+	Metrics *telemetry.Metrics
 
 	relayOnce  sync.Once
 	relay      *httputil.ReverseProxy
@@ -110,7 +118,13 @@ func (k *Kube) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// Identity headers go first, before anything reads the request.
 	impersonate.StripIdentity(r.Header)
 	now := k.Now()
+	ctx, span := k.startRequestSpan(r)
+	defer span.End()
+	r = r.WithContext(ctx)
 	cluster, path, err := kpath.FromRequest(r)
+	if k.Tracer != nil || k.Metrics != nil {
+		w = &observer{ResponseWriter: w, k: k, r: r, start: now, cluster: cluster, path: path}
+	}
 	if err != nil {
 		k.denied(r, identity.Principal{}, "", "non-canonical path: "+err.Error())
 		writeStatus(w, http.StatusBadRequest, "the request path is not canonical: "+err.Error())
@@ -120,7 +134,9 @@ func (k *Kube) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		k.denied(r, p, cluster, reason)
 		writeStatus(w, code, msg)
 	}
+	_, step := k.step(ctx, "limen.proxy.authenticate")
 	p, certExpiry, err := k.Authenticate(r)
+	step.End()
 	if err != nil {
 		deny(http.StatusUnauthorized, identity.Principal{}, "authentication: "+err.Error(),
 			"Limen could not authenticate you ("+err.Error()+"); run limen login")
@@ -139,7 +155,10 @@ func (k *Kube) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	dec, err := k.Policy.Groups(r.Context(), p, k.Clusters(cluster))
+	pctx, step := k.step(ctx, "limen.proxy.policy")
+	dec, err := k.Policy.Groups(pctx, p, k.Clusters(cluster))
+	step.SetAttributes(attribute.Bool("limen.policy.cached", dec.Cached), attribute.String("limen.policy.revision", dec.Revision))
+	step.End()
 	if err != nil {
 		k.Logger.Error("policy decision", "cluster", cluster, "user", p.String(), "err", err)
 		writeStatus(w, http.StatusServiceUnavailable, "Limen's policy is unavailable; try again or ask your operator")
@@ -150,19 +169,24 @@ func (k *Kube) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			fmt.Sprintf("Limen policy grants %s no group on cluster %q", p.Name, cluster))
 		return
 	}
+	_, step = k.step(ctx, "limen.proxy.grant")
 	token, g, req, err := k.sign(r, p, dec, cluster, now, certExpiry)
+	step.End()
 	if err != nil {
 		k.Logger.Error("sign grant", "err", err)
 		writeStatus(w, http.StatusInternalServerError, "Limen could not sign a grant")
 		return
 	}
+	span.SetAttributes(attribute.String("limen.session", req.SessionID))
 	ctx, live, err := k.track(r, path, sessions.Session{ID: req.SessionID, Principal: p, Cluster: cluster, Expires: g.ExpiresAt})
 	if err != nil {
 		deny(http.StatusForbidden, p, "session refused: "+err.Error(), err.Error())
 		return
 	}
 	defer k.untrack(r, live)
+	_, step = k.step(ctx, "limen.proxy.tunnel.open")
 	stream, err := k.Tunnel.Open(ctx, cluster)
+	step.End()
 	if err != nil {
 		if errors.Is(err, tunnel.ErrNoWorker) {
 			writeStatus(w, http.StatusServiceUnavailable, fmt.Sprintf("no Limen worker is connected for cluster %q", cluster))
@@ -199,7 +223,7 @@ func (k *Kube) sign(r *http.Request, p identity.Principal, dec policy.Decision, 
 	})
 	token, g, err := k.signer.Sign(grant.Grant{Principal: p, Groups: dec.Groups, Cluster: cluster, IssuedAt: now, ExpiresAt: exp},
 		dec.Revision, certExpiry)
-	return token, g, grant.Request{SessionID: sid, ClientAddr: r.RemoteAddr}, err
+	return token, g, grant.Request{SessionID: sid, ClientAddr: r.RemoteAddr, TraceParent: traceParent(r.Context())}, err
 }
 
 // track puts the response under the session watchdog and returns the

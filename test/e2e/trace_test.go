@@ -7,7 +7,13 @@ import (
 	"testing"
 	"time"
 
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/limenhq/limen/gateway/impersonate"
 	"github.com/limenhq/limen/test/cluster/clustertest"
+	"github.com/limenhq/limen/test/cluster/controlplane"
 	"github.com/limenhq/limen/test/gatewaytest"
 	"github.com/limenhq/limen/test/otlpsink"
 )
@@ -17,10 +23,29 @@ import (
 // span, the worker's span as its child, and the real kube-apiserver's spans
 // as children of the worker's call upstream — all received by one OTLP
 // collector.
+//
+// The API server continues a caller's trace only for the groups
+// system:masters and system:monitoring (it treats any other caller as a
+// public endpoint: a trace of its own, linked). So this worker
+// authenticates as a user in system:monitoring, with the impersonation
+// rights of deploy/kube's worker; a ServiceAccount cannot be in that group.
 func TestOneTraceFromProxyToAPIServer(t *testing.T) {
 	sink := clustertest.Traces(t)
+	c := clustertest.Cluster(t)
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "limen-e2e-traced-worker"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "limen-worker-impersonate"},
+		Subjects:   []rbacv1.Subject{{APIGroup: "rbac.authorization.k8s.io", Kind: "User", Name: controlplane.MonitoringUser}},
+	}
+	if _, err := c.Client.RbacV1().ClusterRoleBindings().Create(context.Background(), binding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = c.Client.RbacV1().ClusterRoleBindings().Delete(context.Background(), binding.Name, metav1.DeleteOptions{})
+	})
 	otlp := []string{"--otlp-endpoint", "http://" + sink.Addr, "--trace-sample-ratio", "1"}
-	e := extraGateway(t, "tracing on", gatewaytest.Options{ProxyArgs: otlp, WorkerArgs: otlp})
+	e := extraGateway(t, "tracing on", gatewaytest.Options{RBAC: impersonate.ModeLegacy, ProxyArgs: otlp,
+		WorkerArgs: append(otlp, "--kube-token-file", c.MonitoringTokenFile)})
 	kc := login(t, e, "alice")
 	ns := clustertest.Namespace(t)
 	name := fmt.Sprintf("traced-%d", time.Now().UnixNano())

@@ -6,7 +6,9 @@ package controlplane
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/tls"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"log/slog"
@@ -27,6 +29,9 @@ import (
 
 // NodeName is the name of the fake kubelet's Node.
 const NodeName = "limen-node"
+
+// MonitoringUser is the user of Cluster.MonitoringTokenFile.
+const MonitoringUser = "limen-traced-worker"
 
 // Options configure Start.
 type Options struct {
@@ -54,6 +59,12 @@ type Cluster struct {
 	Admin      *rest.Config
 	Client     kubernetes.Interface
 	Kubelet    *kubelet.Kubelet // the fake node, for tests that ask what reached it
+	// MonitoringTokenFile holds a bearer token of the user MonitoringUser,
+	// in the group system:monitoring. The API server continues a caller's
+	// trace only for that group and system:masters (it treats everyone
+	// else as a public endpoint and starts a trace of its own), so a worker
+	// whose API server spans must join Limen's trace authenticates so.
+	MonitoringTokenFile string
 
 	procs   []*process
 	cancel  context.CancelFunc
@@ -172,7 +183,11 @@ func (c *Cluster) startEtcd(ctx context.Context, clientPort, peerPort int) error
 }
 
 func (c *Cluster) startAPIServer(ctx context.Context, p *pki, port, etcdPort int, tracing string) error {
-	var extra []string
+	tokens, err := c.writeMonitoringToken()
+	if err != nil {
+		return err
+	}
+	extra := []string{"--token-auth-file", tokens}
 	if tracing != "" {
 		f := filepath.Join(c.Dir, "tracing.yaml")
 		cfg := "apiVersion: apiserver.config.k8s.io/v1\nkind: TracingConfiguration\nendpoint: " + tracing + "\nsamplingRatePerMillion: 0\n"
@@ -322,6 +337,24 @@ func (c *Cluster) Stop() {
 	for i := len(c.procs) - 1; i >= 0; i-- {
 		c.procs[i].stop(5 * time.Second)
 	}
+}
+
+// writeMonitoringToken writes a random token of MonitoringUser to
+// MonitoringTokenFile and the API server's static token file, whose path
+// it returns.
+func (c *Cluster) writeMonitoringToken() (string, error) {
+	b := make([]byte, 24)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	token := hex.EncodeToString(b)
+	c.MonitoringTokenFile = filepath.Join(c.Dir, "monitoring.token")
+	if err := os.WriteFile(c.MonitoringTokenFile, []byte(token), 0o600); err != nil {
+		return "", err
+	}
+	f := filepath.Join(c.Dir, "tokens.csv")
+	line := token + "," + MonitoringUser + "," + MonitoringUser + ",\"system:monitoring\"\n"
+	return f, os.WriteFile(f, []byte(line), 0o600)
 }
 
 // PID returns the process id of a running component ("kube-apiserver",

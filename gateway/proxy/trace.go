@@ -1,0 +1,111 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"net"
+	"net/http"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/limenhq/limen/gateway/kpath"
+	"github.com/limenhq/limen/gateway/reqinfo"
+	"github.com/limenhq/limen/gateway/telemetry"
+)
+
+// traceContext reads and writes W3C traceparent headers.
+var traceContext = propagation.TraceContext{}
+
+// tracer is k's tracer, or a no-op one.
+func (k *Kube) tracer() trace.Tracer {
+	if k.Tracer == nil {
+		return noop.NewTracerProvider().Tracer("")
+	}
+	return k.Tracer
+}
+
+// startRequestSpan starts the proxy's span of one request: the root of its
+// trace, or a child of the client's if kubectl or a library sent a
+// traceparent. Its attributes are audit fields only: no query string, no
+// body, no header.
+func (k *Kube) startRequestSpan(r *http.Request) (context.Context, trace.Span) {
+	ctx := traceContext.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+	return k.tracer().Start(ctx, "limen.proxy.request", trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(attribute.String("http.request.method", r.Method)))
+}
+
+// step starts a child span of the request's for one step of it.
+func (k *Kube) step(ctx context.Context, name string) (context.Context, trace.Span) {
+	return k.tracer().Start(ctx, name)
+}
+
+// traceParent is the traceparent naming ctx's span, for the worker: its
+// span becomes this one's child. Empty outside a recording span.
+func traceParent(ctx context.Context) string {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return ""
+	}
+	c := propagation.MapCarrier{}
+	traceContext.Inject(ctx, c)
+	return c["traceparent"]
+}
+
+// observer is the ResponseWriter of a request the proxy traces or
+// measures: the first status written (or the switch of protocols, at
+// Hijack) ends the request's latency, which goes on the span and into the
+// metrics once. A stream's later bytes do not count.
+type observer struct {
+	http.ResponseWriter
+	k       *Kube
+	r       *http.Request
+	start   time.Time
+	cluster string
+	path    kpath.Path
+	done    bool
+}
+
+func (o *observer) WriteHeader(code int) {
+	o.observe(code)
+	o.ResponseWriter.WriteHeader(code)
+}
+
+func (o *observer) Write(p []byte) (int, error) {
+	o.observe(http.StatusOK)
+	return o.ResponseWriter.Write(p)
+}
+
+// Hijack is the switch to a stream (exec, attach, port-forward): 101.
+func (o *observer) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	o.observe(http.StatusSwitchingProtocols)
+	return http.NewResponseController(o.ResponseWriter).Hijack()
+}
+
+func (o *observer) Flush() { _ = http.NewResponseController(o.ResponseWriter).Flush() }
+
+// Unwrap lets http.ResponseController reach the connection's writer.
+func (o *observer) Unwrap() http.ResponseWriter { return o.ResponseWriter }
+
+// observe records the request's status on its span and its latency in the
+// metrics, the first time only.
+func (o *observer) observe(code int) {
+	if o.done {
+		return
+	}
+	o.done = true
+	verb := "unknown"
+	if info, err := reqinfo.Classify(o.r, o.path); err == nil {
+		verb = info.Verb
+	}
+	span := trace.SpanFromContext(o.r.Context())
+	span.SetAttributes(attribute.String("limen.cluster", o.cluster), attribute.String("k8s.verb", verb),
+		attribute.Int("http.response.status_code", code))
+	if code >= 500 {
+		span.SetStatus(codes.Error, http.StatusText(code))
+	}
+	o.k.Metrics.Request(o.r.Context(), telemetry.HopProxy, o.cluster, verb, code, o.k.Now().Sub(o.start))
+}
