@@ -89,6 +89,7 @@ func (r *Results) Markdown(w io.Writer) {
 	r.latencyRows(&t)
 	r.resourceRows(&t)
 	t.write(w)
+	r.tracingTable(w)
 	r.streamTable(w)
 	if len(r.Notes) > 0 {
 		fmt.Fprintf(w, "\n## Notes\n\nWith the warnings the proxy and worker logged; some come from the harness closing watches and ending a load mid-request.\n\n")
@@ -157,6 +158,25 @@ func (r *Results) resourceRows(t *table) {
 		t.add("Policy decision "+strings.TrimPrefix(p.Name, "Benchmark"), "—", "—",
 			fmt.Sprintf("%.1f µs%s, %.0f allocs", p.NsPerOp/1000, cpu, p.AllocsOp), "", "")
 	}
+}
+
+// tracingTable compares the request path with tracing off and on.
+func (r *Results) tracingTable(w io.Writer) {
+	tc := r.Tracing
+	if tc == nil || tc.Off == nil || tc.On == nil {
+		return
+	}
+	fmt.Fprintf(w, "\n## Tracing\n\nGET one ConfigMap at concurrency 1, %d requests, through Limen with tracing off and through a second "+
+		"Limen (its own proxy and worker) with tracing on at 100%% sampling, exporting every span over OTLP/gRPC to a receiver "+
+		"in the bench's process, one after the other.\n\n", tc.Off.Hist.Len())
+	fmt.Fprintln(w, "| Figure | Tracing off | Tracing on (100%) | On ÷ off |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|")
+	for _, q := range []float64{50, 99} {
+		off, on := ms(tc.Off.Hist.Percentile(q)), ms(tc.On.Hist.Percentile(q))
+		fmt.Fprintf(w, "| p%.0f latency (ms) | %.3f | %.3f | %s |\n", q, off, on, times(ratio(on, off)))
+	}
+	off, on := PerThousand(tc.OffCPU, tc.Off.Hist.Len()), PerThousand(tc.OnCPU, tc.On.Hist.Len())
+	fmt.Fprintf(w, "| proxy + worker CPU s per 1,000 requests | %.3f | %.3f | %s |\n", off, on, times(ratio(on, off)))
 }
 
 // streamTable writes one row per stream: transport, direction, direct and

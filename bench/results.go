@@ -30,6 +30,8 @@ type Results struct {
 	Watch   WatchMemory
 	Streams []StreamPair
 	Policy  []PolicyResult
+	// Tracing is the request path's cost with tracing on; nil: not run.
+	Tracing *TracingCost
 	// Profiles are pprof summaries of the proxy and worker and strace's
 	// fsync count, taken when a goal is not met.
 	Profiles []Profile
@@ -105,6 +107,14 @@ func (w WatchMemory) PerWatch(delta int64) float64 {
 		return 0
 	}
 	return float64(delta) / float64(w.N)
+}
+
+// TracingCost is GET one ConfigMap at concurrency 1 through Limen with
+// tracing off and through a second Limen with tracing on at 100% sampling,
+// with the CPU each pair of processes spent.
+type TracingCost struct {
+	Off, On       *Cell
+	OffCPU, OnCPU time.Duration
 }
 
 // StreamPair is one stream throughput figure, in MiB/s, direct and through

@@ -120,3 +120,19 @@ func TestStreamTable(t *testing.T) {
 		}
 	}
 }
+
+// TestTracingTable: the report compares tracing off and on from the run's
+// own cells.
+func TestTracingTable(t *testing.T) {
+	ms := time.Millisecond
+	r := &Results{Tracing: &TracingCost{Off: cell(2*ms, 100, time.Second), On: cell(3*ms, 100, time.Second),
+		OffCPU: 100 * ms, OnCPU: 150 * ms}}
+	var b bytes.Buffer
+	r.Markdown(&b)
+	for _, want := range []string{"## Tracing", "| p50 latency (ms) | 2.000 | 3.000 | 1.50× |",
+		"| proxy + worker CPU s per 1,000 requests | 1.000 | 1.500 | 1.50× |"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, b.String())
+		}
+	}
+}

@@ -26,6 +26,9 @@ func measure(ctx context.Context, c config, s *setup, r *bench.Results) error {
 	if err := latency(ctx, c, s, r); err != nil {
 		return err
 	}
+	if err := tracingCost(ctx, c, s, r); err != nil {
+		return err
+	}
 	watchProf := watches(ctx, c, s, r)
 	// Profile before the streams: their recordings upload for a while after.
 	if c.profile && slices.ContainsFunc(r.Goals(), func(g bench.Goal) bool { return !g.Met }) {
@@ -114,6 +117,36 @@ func latency(ctx context.Context, c config, s *setup, r *bench.Results) error {
 		}
 		r.CPU = append(r.CPU, use)
 	}
+	return nil
+}
+
+// tracingCost runs GET one ConfigMap at concurrency 1 through Limen with
+// tracing off and through the second Limen with tracing on at 100%, one
+// after the other, with each pair of processes' CPU.
+func tracingCost(ctx context.Context, c config, s *setup, r *bench.Results) error {
+	tc := &bench.TracingCost{}
+	for _, t := range []struct {
+		target      target
+		proxy, wrkr int
+		cell        **bench.Cell
+		cpu         *time.Duration
+	}{
+		{s.limen, s.proxy, s.worker, &tc.Off, &tc.OffCPU},
+		{s.traced, s.tracedProxy, s.tracedWorker, &tc.On, &tc.OnCPU},
+	} {
+		p0, _ := bench.CPUTime(t.proxy)
+		w0, _ := bench.CPUTime(t.wrkr)
+		cell, err := bench.Load(ctx, t.target.client, t.target.base+getPath, 1, c.requests)
+		if err != nil {
+			return fmt.Errorf("%s GET c=1: %w", t.target.name, err)
+		}
+		p1, _ := bench.CPUTime(t.proxy)
+		w1, _ := bench.CPUTime(t.wrkr)
+		*t.cell, *t.cpu = cell, (p1-p0)+(w1-w0)
+		progress(os.Stderr, "%-18s GET c=1: p50 %v p99 %v, gateway CPU %v", t.target.name,
+			cell.Hist.Percentile(50).Round(time.Microsecond), cell.Hist.Percentile(99).Round(time.Microsecond), *t.cpu)
+	}
+	r.Tracing = tc
 	return nil
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/limenhq/limen/bench"
 	"github.com/limenhq/limen/test/cluster/controlplane"
 	"github.com/limenhq/limen/test/gatewaytest"
+	"github.com/limenhq/limen/test/otlpsink"
 )
 
 // target is one way to reach the API server: direct, through the one-hop
@@ -35,6 +36,11 @@ type setup struct {
 	direct   target
 	baseline target
 	limen    target
+	// traced is a second Limen with tracing on at 100%, exporting to an
+	// OTLP receiver in this process; tracedProxy and tracedWorker are its
+	// processes.
+	traced                    target
+	tracedProxy, tracedWorker int
 	// The processes whose CPU and memory are read from /proc.
 	apiserver, proxy, worker, baselinePID int
 	zeroPort, sinkPort                    int
@@ -150,6 +156,9 @@ func start(ctx context.Context, dir string) (_ *setup, stop func(), err error) {
 	if s.limen, err = newTarget("limen", kc); err != nil {
 		return nil, stop, err
 	}
+	if err := startTraced(ctx, s, dir, &stops); err != nil {
+		return nil, stop, err
+	}
 	progress(os.Stderr, "fixtures: %d ConfigMaps, pods %s and %s", listSize+1, execPod, serverPod)
 	if err := createFixtures(ctx, cluster.Client); err != nil {
 		return nil, stop, err
@@ -168,6 +177,33 @@ func start(ctx context.Context, dir string) (_ *setup, stop func(), err error) {
 		return nil, stop, err
 	}
 	return s, stop, nil
+}
+
+// startTraced starts the second Limen, with tracing on at 100% sampling,
+// and an OTLP receiver for its spans.
+func startTraced(ctx context.Context, s *setup, dir string, stops *[]func()) error {
+	sink, err := otlpsink.Start()
+	if err != nil {
+		return err
+	}
+	*stops = append(*stops, sink.Stop)
+	tdir := filepath.Join(dir, "traced")
+	if err := os.Mkdir(tdir, 0o755); err != nil {
+		return err
+	}
+	otlp := []string{"--otlp-endpoint", "http://" + sink.Addr, "--trace-sample-ratio", "1"}
+	env, err := gatewaytest.StartWith(ctx, s.cluster, tdir, os.Stderr, gatewaytest.Options{Bin: s.env.Bin, ProxyArgs: otlp, WorkerArgs: otlp})
+	if err != nil {
+		return fmt.Errorf("limen with tracing: %w", err)
+	}
+	*stops = append(*stops, env.Stop)
+	s.tracedProxy, s.tracedWorker = env.ProxyPID(), env.WorkerPID()
+	kc, err := env.Login(ctx, "alice")
+	if err != nil {
+		return err
+	}
+	s.traced, err = newTarget("limen, tracing on", kc)
+	return err
 }
 
 // newTarget builds a raw HTTP client from a kubeconfig with client-go's own
