@@ -271,6 +271,7 @@ func (k *Kube) denied(r *http.Request, p identity.Principal, cluster, reason str
 	if err := k.Audit.Emit(r.Context(), ev); err != nil {
 		k.Logger.Error("audit auth.denied", "err", err, "reason", reason)
 	}
+	k.Metrics.Denied(r.Context(), telemetry.HopProxy, denialCode(reason))
 }
 
 // auditDownMessage tells the user why the audit trail cannot take the

@@ -5,6 +5,7 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -108,4 +109,19 @@ func (o *observer) observe(code int) {
 		span.SetStatus(codes.Error, http.StatusText(code))
 	}
 	o.k.Metrics.Request(o.r.Context(), telemetry.HopProxy, o.cluster, verb, code, o.k.Now().Sub(o.start))
+}
+
+// denialCode is the bounded label of a denial's reason for the metrics:
+// the words before its detail ("locked", "authentication", …), never a
+// name or a path.
+func denialCode(reason string) string {
+	code, _, _ := strings.Cut(reason, ":")
+	if strings.HasPrefix(code, "policy grants no group") {
+		return "no group"
+	}
+	switch code {
+	case "non-canonical path", "authentication", "locked", "session refused":
+		return code
+	}
+	return "other"
 }
