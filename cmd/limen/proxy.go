@@ -176,7 +176,9 @@ func runProxy(cmd *cobra.Command, _ []string) error {
 		return err
 	}
 	defer stopTelemetry(tel, log)
-	s, err := proxy.New(cmd.Context(), c.gateway(popts, log))
+	pc := c.gateway(popts, log)
+	_, pc.Metrics = hooks(v, tel)
+	s, err := proxy.New(cmd.Context(), pc)
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -47,6 +48,9 @@ type env struct {
 	audit  *audit.Store
 	locks  *locks.Set
 	now    *atomic.Int64
+	// logins are the results OnLogin was told of, in order.
+	loginsMu sync.Mutex
+	logins   []string
 }
 
 func setup(t *testing.T) *env {
@@ -74,7 +78,8 @@ func setup(t *testing.T) *env {
 	e.locks = locks.NewSet()
 	pol := fakePolicy{clusters: []string{"prod", "staging"}}
 	h, err := authapi.New(authapi.Config{CA: e.ca, Users: e.users, Tokens: e.tokens, Clusters: pol, Admin: pol,
-		Workers: fakeWorkers{"prod": true}, Logger: quiet, Audit: e.audit, Locks: e.locks, Now: clock})
+		Workers: fakeWorkers{"prod": true}, Logger: quiet, Audit: e.audit, Locks: e.locks, Now: clock,
+		OnLogin: func(r string) { e.loginsMu.Lock(); e.logins = append(e.logins, r); e.loginsMu.Unlock() }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,6 +166,23 @@ func TestLoginRefusals(t *testing.T) {
 	}
 	if _, err := p.Credentials(time.Now()); !errors.Is(err, profile.ErrNotLoggedIn) {
 		t.Fatalf("credentials after failed logins: %v", err)
+	}
+}
+
+// TestLoginsCounted: every password check reaches OnLogin with its result,
+// for the metrics; a wrong password and an unknown user alike.
+func TestLoginsCounted(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	p, _ := profile.Open(t.TempDir(), e.proxy)
+	pin := profile.Trust{Fingerprint: e.ca.Fingerprint()}
+	_, _ = p.Login(ctx, profile.LoginRequest{User: "alice", Password: "wrong", Trust: pin})
+	_, _ = p.Login(ctx, profile.LoginRequest{User: "nobody", Password: "wrong", Trust: pin})
+	e.login(t, "alice", "alice-password")
+	e.loginsMu.Lock()
+	defer e.loginsMu.Unlock()
+	if want := []string{"bad_credentials", "bad_credentials", "ok"}; !slices.Equal(e.logins, want) {
+		t.Fatalf("OnLogin saw %v, want %v", e.logins, want)
 	}
 }
 

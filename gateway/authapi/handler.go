@@ -59,6 +59,9 @@ type Config struct {
 	ClientAddr func(*http.Request) string
 	// Now is the clock for the caller checks; nil means time.Now.
 	Now func() time.Time
+	// OnLogin, if set, is told of each password login's result: "ok",
+	// "bad_credentials", "rate_limited" or "unavailable" (metrics).
+	OnLogin func(result string)
 }
 
 // Handler serves the identity API. Mount it at "/v1/".

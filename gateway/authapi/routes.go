@@ -14,6 +14,23 @@ import (
 	"github.com/limenhq/limen/gateway/users"
 )
 
+// countLogin reports a password check's result to OnLogin.
+func (h *Handler) countLogin(err error) {
+	if h.cfg.OnLogin == nil {
+		return
+	}
+	switch {
+	case err == nil:
+		h.cfg.OnLogin("ok")
+	case errors.Is(err, users.ErrRateLimited):
+		h.cfg.OnLogin("rate_limited")
+	case errors.Is(err, users.ErrBadCredentials):
+		h.cfg.OnLogin("bad_credentials")
+	default:
+		h.cfg.OnLogin("unavailable")
+	}
+}
+
 func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 	var req LoginRequest
 	if !apihttp.Decode(w, r, &req) {
@@ -32,6 +49,7 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	u, err := h.cfg.Users.Authenticate(r.Context(), req.User, req.Password, h.api.ClientAddr(r))
+	h.countLogin(err)
 	switch {
 	case errors.Is(err, users.ErrRateLimited):
 		h.api.Deny(r, identity.Principal{}, audit.ActionLogin, "login: rate limited", map[string]string{"user": claimedUser(req.User)})

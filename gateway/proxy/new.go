@@ -21,6 +21,7 @@ import (
 	"github.com/limenhq/limen/gateway/policy"
 	"github.com/limenhq/limen/gateway/recstore"
 	"github.com/limenhq/limen/gateway/sessions"
+	"github.com/limenhq/limen/gateway/telemetry"
 	"github.com/limenhq/limen/gateway/tunnel"
 	"github.com/limenhq/limen/gateway/users"
 )
@@ -55,6 +56,9 @@ type Config struct {
 	// grants); nil means time.Now. For tests.
 	Now    func() time.Time
 	Logger *slog.Logger
+	// Metrics counts logins (and, set on Kube, requests); nil counts
+	// nothing.
+	Metrics *telemetry.Metrics
 }
 
 func (c Config) now() func() time.Time {
@@ -206,7 +210,8 @@ func (s *Server) newKube(c Config) *Kube {
 func (s *Server) mountAPIs(c Config) error {
 	api, err := authapi.New(authapi.Config{CA: s.CA, Users: s.Users, Tokens: s.Tokens, Admin: s.Policy,
 		Clusters: configuredClusters{engine: s.Policy, names: c.Clusters, labels: c.ClusterLabels}, Workers: s.Tunnel,
-		Audit: s.Denials, Locks: s.LockSet, Now: c.Now, Logger: s.log})
+		Audit: s.Denials, Locks: s.LockSet, Now: c.Now, Logger: s.log,
+		OnLogin: func(result string) { c.Metrics.Login(context.Background(), "password", result) }})
 	if err != nil {
 		return err
 	}
