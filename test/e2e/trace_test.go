@@ -76,6 +76,7 @@ func TestOneTraceFromProxyToAPIServer(t *testing.T) {
 		t.Fatalf("no trace with spans of the proxy, the worker and the API server; the trace found:\n%s\nall %d spans received:\n%s",
 			describe(trace), len(spans), describe(spans))
 	}
+	t.Logf("the trace:\n%s", describe(trace))
 	byID := map[string]otlpsink.Span{}
 	for _, s := range trace {
 		byID[s.SpanID] = s
