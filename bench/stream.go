@@ -231,42 +231,36 @@ func timedUpload(conn net.Conn, size int64) (float64, error) {
 // 8-byte big-endian count, then that many bytes, and answers one byte. It is
 // the pod behind the port-forward upload figures.
 func ServeSink(ctx context.Context, addr string) error {
-	var lc net.ListenConfig
-	l, err := lc.Listen(ctx, "tcp", addr)
-	if err != nil {
-		return err
-	}
-	stop := context.AfterFunc(ctx, func() { l.Close() })
-	defer stop()
-	for {
-		c, err := l.Accept()
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return err
+	return serve(ctx, addr, func(c net.Conn) {
+		var head [8]byte
+		if _, err := io.ReadFull(c, head[:]); err != nil {
+			return
 		}
-		go func() {
-			defer c.Close()
-			unwatch := context.AfterFunc(ctx, func() { c.Close() })
-			defer unwatch()
-			var head [8]byte
-			if _, err := io.ReadFull(c, head[:]); err != nil {
-				return
-			}
-			want := int64(binary.BigEndian.Uint64(head[:]))
-			if n, err := io.CopyN(io.Discard, c, want); err != nil || n != want {
-				return
-			}
-			_, _ = c.Write([]byte{1})
-		}()
-	}
+		want := int64(binary.BigEndian.Uint64(head[:]))
+		if n, err := io.CopyN(io.Discard, c, want); err != nil || n != want {
+			return
+		}
+		_, _ = c.Write([]byte{1})
+	})
 }
 
 // ServeZero accepts connections on addr and writes zeros to each until the
 // peer goes away, until ctx ends. It is the pod behind the port-forward
 // figures.
 func ServeZero(ctx context.Context, addr string) error {
+	zeros := make([]byte, 256<<10)
+	return serve(ctx, addr, func(c net.Conn) {
+		for {
+			if _, err := c.Write(zeros); err != nil {
+				return
+			}
+		}
+	})
+}
+
+// serve accepts connections on addr until ctx ends and runs handle on each
+// in a goroutine of its own; ctx's end closes them.
+func serve(ctx context.Context, addr string, handle func(net.Conn)) error {
 	var lc net.ListenConfig
 	l, err := lc.Listen(ctx, "tcp", addr)
 	if err != nil {
@@ -274,7 +268,6 @@ func ServeZero(ctx context.Context, addr string) error {
 	}
 	stop := context.AfterFunc(ctx, func() { l.Close() })
 	defer stop()
-	zeros := make([]byte, 256<<10)
 	for {
 		c, err := l.Accept()
 		if err != nil {
@@ -287,11 +280,7 @@ func ServeZero(ctx context.Context, addr string) error {
 			defer c.Close()
 			unwatch := context.AfterFunc(ctx, func() { c.Close() })
 			defer unwatch()
-			for {
-				if _, err := c.Write(zeros); err != nil {
-					return
-				}
-			}
+			handle(c)
 		}()
 	}
 }

@@ -12,7 +12,6 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/limenhq/limen/gateway/kpath"
 	"github.com/limenhq/limen/gateway/reqinfo"
@@ -23,12 +22,7 @@ import (
 var traceContext = propagation.TraceContext{}
 
 // tracer is k's tracer, or a no-op one.
-func (k *Kube) tracer() trace.Tracer {
-	if k.Tracer == nil {
-		return noop.NewTracerProvider().Tracer("")
-	}
-	return k.Tracer
-}
+func (k *Kube) tracer() trace.Tracer { return telemetry.OrNoop(k.Tracer) }
 
 // startRequestSpan starts the proxy's span of one request: the root of its
 // trace, or a child of the client's if kubectl or a library sent a

@@ -129,6 +129,15 @@ func Start(ctx context.Context, c Config) (*Telemetry, error) {
 	return t, nil
 }
 
+// OrNoop returns tr, or a tracer that records nothing when tr is nil: a
+// hop's Tracer field may stay unset.
+func OrNoop(tr trace.Tracer) trace.Tracer {
+	if tr == nil {
+		return noop.NewTracerProvider().Tracer("")
+	}
+	return tr
+}
+
 // Handler serves the metrics in the Prometheus text format.
 func (t *Telemetry) Handler() http.Handler {
 	return promhttp.HandlerFor(t.registry, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})

@@ -9,7 +9,6 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/limenhq/limen/gateway/grant"
 	"github.com/limenhq/limen/gateway/telemetry"
@@ -19,12 +18,7 @@ import (
 var traceContext = propagation.TraceContext{}
 
 // tracer is h's tracer, or a no-op one.
-func (h *Handler) tracer() trace.Tracer {
-	if h.Tracer == nil {
-		return noop.NewTracerProvider().Tracer("")
-	}
-	return h.Tracer
-}
+func (h *Handler) tracer() trace.Tracer { return telemetry.OrNoop(h.Tracer) }
 
 // startRequestSpan starts the worker's span of one request, as a child of
 // the proxy's span named by the stream's traceparent. Only what the audit
