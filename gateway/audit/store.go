@@ -70,11 +70,13 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// Store is the proxy's SQLite audit store (WAL, synchronous=FULL). Emit
-// calls are group-committed: one goroutine owned by the Store takes every
-// event waiting at that moment, writes them in one transaction and answers
-// each caller after the commit's fsync. Concurrent callers therefore share
-// fsyncs instead of queueing behind one each.
+// Store is the proxy's SQLite audit store (WAL, synchronous=FULL). Events
+// are group-committed: one goroutine owned by the Store takes every event
+// waiting at that moment, writes them in one transaction and answers each
+// caller after the commit's fsync. Concurrent callers therefore share
+// fsyncs instead of queueing behind one each. Submit queues an event without
+// waiting, so that a caller can do other work (forward a request) while the
+// commit is under way; Emit waits.
 type Store struct {
 	db       *sql.DB
 	log      *slog.Logger
@@ -86,20 +88,28 @@ type Store struct {
 	// measured (after each commit, and whenever it looked full).
 	used atomic.Int64
 
-	queue   chan *pending // unbuffered: a send succeeds only while run is alive
+	// waiting is the queue the batcher takes from, in order: a slice
+	// under a mutex, so that Submit never waits for a commit under way.
+	mu      sync.Mutex
+	waiting []*pending
+	closed  bool
+	wake    chan struct{} // one slot: "waiting is not empty"
 	quit    chan struct{}
 	stopped chan struct{}
 	once    sync.Once
 
 	commits atomic.Int64 // transactions committed, for tests and metrics
+	events  atomic.Int64 // events committed, for tests and metrics
 }
 
-var _ Sink = (*Store)(nil)
+var _ Submitter = (*Store)(nil)
 
+// pending is one queued event, or a Flush marker (flush set, no event).
 type pending struct {
-	e    Event
-	data []byte
-	done chan error
+	e     Event
+	data  []byte
+	flush bool
+	done  chan error // one slot: the batcher never waits on a caller
 }
 
 // Open opens (creating if needed, unless opts.ReadOnly) the store at path,
@@ -139,7 +149,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		maxBatch: opts.MaxBatch,
 		maxBytes: opts.MaxBytes,
 		readOnly: opts.ReadOnly,
-		queue:    make(chan *pending),
+		wake:     make(chan struct{}, 1),
 		quit:     make(chan struct{}),
 		stopped:  make(chan struct{}),
 	}
@@ -182,73 +192,187 @@ func (s *Store) Close() error {
 // or not known to be); a cancelled ctx while waiting is ErrUnavailable too,
 // since the caller cannot know whether the event was kept.
 func (s *Store) Emit(ctx context.Context, e Event) error {
-	data, err := EncodeEvent(e)
-	if err != nil {
-		return err
-	}
-	if s.readOnly {
-		return fmt.Errorf("audit emit: store opened read-only: %w", ErrUnavailable)
-	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("audit emit: %w: %w", ErrUnavailable, err)
 	}
-	p := &pending{e: e, data: data, done: make(chan error, 1)}
-	select {
-	case s.queue <- p:
-	case <-s.quit:
-		return fmt.Errorf("audit emit: store closed: %w", ErrUnavailable)
-	case <-ctx.Done():
-		return fmt.Errorf("audit emit: %w: %w", ErrUnavailable, ctx.Err())
+	return s.Submit(e).Wait(ctx)
+}
+
+// Submit queues e for the next group commit and returns at once; the
+// Commit's Wait says when it is durable, or why it is not. A caller that
+// never waits still has its event committed (or refused, and logged), in
+// the order submitted: an event submitted before another is never
+// committed after it.
+func (s *Store) Submit(e Event) Commit {
+	// ID and the outcome flags are the store's answers to Search, never
+	// part of what is stored.
+	e.ID, e.OutcomeUnknown, e.PossiblyApplied = 0, false, false
+	data, err := EncodeEvent(e)
+	if err != nil {
+		return failed(err)
 	}
+	if s.readOnly {
+		return failed(fmt.Errorf("audit emit: store opened read-only: %w", ErrUnavailable))
+	}
+	p := &pending{e: e, data: data, done: make(chan error, 1)}
+	if err := s.enqueue(p); err != nil {
+		return failed(err)
+	}
+	return Commit{done: p.done}
+}
+
+// Flush returns once every event submitted before it was committed or
+// refused: a barrier for a caller that submitted without waiting (tests,
+// shutdown).
+func (s *Store) Flush(ctx context.Context) error {
+	p := &pending{flush: true, done: make(chan error, 1)}
+	if err := s.enqueue(p); err != nil {
+		return err
+	}
+	return Commit{done: p.done}.Wait(ctx)
+}
+
+func (s *Store) enqueue(p *pending) error {
+	s.mu.Lock()
+	if s.closed || s.readOnly {
+		s.mu.Unlock()
+		return errClosed
+	}
+	s.waiting = append(s.waiting, p)
+	s.mu.Unlock()
 	select {
-	case err := <-p.done:
+	case s.wake <- struct{}{}:
+	default: // the batcher is already woken
+	}
+	return nil
+}
+
+var errClosed = fmt.Errorf("audit emit: store closed: %w", ErrUnavailable)
+
+// Commit is an event queued by Submit.
+type Commit struct{ done <-chan error }
+
+// Wait returns nil once the event is durable. Its errors are Emit's; a ctx
+// that ends first is ErrUnavailable, though the event may still be
+// committed.
+func (c Commit) Wait(ctx context.Context) error {
+	select {
+	case err := <-c.done:
 		return err
 	case <-ctx.Done():
 		return fmt.Errorf("audit emit: waiting for commit: %w: %w", ErrUnavailable, ctx.Err())
 	}
 }
 
+func failed(err error) Commit {
+	done := make(chan error, 1)
+	done <- err
+	return Commit{done: done}
+}
+
+// Submitter is a Sink that can queue an event without waiting for its
+// commit (Store, and an Aggregator in front of one).
+type Submitter interface {
+	Sink
+	Submit(e Event) Commit
+}
+
+// Submit queues e on sink: with its Submit when it has one, else by an
+// Emit of its own goroutine.
+func Submit(ctx context.Context, sink Sink, e Event) Commit {
+	if s, ok := sink.(Submitter); ok {
+		return s.Submit(e)
+	}
+	done := make(chan error, 1)
+	go func() { done <- sink.Emit(ctx, e) }()
+	return Commit{done: done}
+}
+
 // run is the batcher: it owns all writes.
 func (s *Store) run() {
 	defer close(s.stopped)
-	batch := make([]*pending, 0, s.maxBatch)
+	var batch, events []*pending
 	for {
 		select {
 		case <-s.quit:
+			s.refuseWaiting()
 			return
-		case p := <-s.queue:
-			batch = append(batch[:0], p)
+		case <-s.wake:
 		}
-	drain:
-		for len(batch) < s.maxBatch {
+		for {
 			select {
-			case p := <-s.queue:
-				batch = append(batch, p)
+			case <-s.quit:
+				s.refuseWaiting()
+				return
 			default:
-				break drain
 			}
-		}
-		fits := s.fit(batch)
-		for _, p := range batch[fits:] {
-			p.done <- s.full()
-		}
-		var err error
-		if fits > 0 {
-			err = s.commit(batch[:fits])
-			if err == nil {
-				s.commits.Add(1)
+			s.mu.Lock()
+			if len(s.waiting) <= s.maxBatch {
+				batch, s.waiting = s.waiting, batch[:0]
 			} else {
-				s.log.Error("audit commit failed; events refused", "events", fits, "err", err)
-				err = fmt.Errorf("audit emit: commit: %w: %w", ErrUnavailable, err)
+				batch = append(batch[:0], s.waiting[:s.maxBatch]...)
+				s.waiting = s.waiting[:copy(s.waiting, s.waiting[s.maxBatch:])]
 			}
-			if _, merr := s.measure(context.Background()); merr != nil {
-				s.log.Error("audit database size unknown", "err", merr)
+			s.mu.Unlock()
+			if len(batch) == 0 {
+				break
 			}
+			events = events[:0]
+			for _, p := range batch {
+				if !p.flush {
+					events = append(events, p)
+				}
+			}
+			s.write(events)
+			for _, p := range batch {
+				if p.flush {
+					p.done <- nil
+				}
+			}
+			clear(batch)
+			clear(events)
 		}
-		for _, p := range batch[:fits] {
-			p.done <- err
-		}
-		clear(batch)
+	}
+}
+
+// refuseWaiting answers every event still queued at Close: not recorded.
+func (s *Store) refuseWaiting() {
+	s.mu.Lock()
+	s.closed = true
+	rest := s.waiting
+	s.waiting = nil
+	s.mu.Unlock()
+	for _, p := range rest {
+		p.done <- errClosed
+	}
+}
+
+// write commits the events that fit under the size limit in one
+// transaction and answers each.
+func (s *Store) write(batch []*pending) {
+	if len(batch) == 0 {
+		return
+	}
+	fits := s.fit(batch)
+	for _, p := range batch[fits:] {
+		p.done <- s.full()
+	}
+	if fits == 0 {
+		return
+	}
+	err := s.commit(batch[:fits])
+	if err == nil {
+		s.commits.Add(1)
+		s.events.Add(int64(fits))
+	} else {
+		s.log.Error("audit commit failed; events refused", "events", fits, "err", err)
+		err = fmt.Errorf("audit emit: commit: %w: %w", ErrUnavailable, err)
+	}
+	if _, merr := s.measure(context.Background()); merr != nil {
+		s.log.Error("audit database size unknown", "err", merr)
+	}
+	for _, p := range batch[:fits] {
+		p.done <- err
 	}
 }
 
