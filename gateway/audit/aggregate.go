@@ -125,6 +125,15 @@ func (a *Aggregator) Submit(e Event) Commit {
 	return Submit(context.Background(), sinkFunc(a.Emit), e)
 }
 
+// Append implements Submitter like Submit.
+func (a *Aggregator) Append(e Event) {
+	if !Aggregated(e) {
+		Append(context.Background(), a.next, e)
+		return
+	}
+	Submit(context.Background(), sinkFunc(a.Emit), e)
+}
+
 type sinkFunc func(ctx context.Context, e Event) error
 
 func (f sinkFunc) Emit(ctx context.Context, e Event) error { return f(ctx, e) }

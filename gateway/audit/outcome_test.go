@@ -207,13 +207,14 @@ func TestSubmitFailsClosed(t *testing.T) {
 	}
 }
 
-// TestCloseRefusesWaitingEvents: events queued when the store closes, and
-// not yet taken by the batcher, are answered ErrUnavailable, never left
-// waiting. The batcher is held inside a commit by the database's write
-// lock, taken by another connection (as an operator's sqlite3 shell
-// would), so that events queue behind it.
-func TestCloseRefusesWaitingEvents(t *testing.T) {
-	s, _ := openTemp(t, Options{})
+// TestCloseCommitsQueuedEvents: events queued when the store closes, and
+// not yet taken by the batcher, are committed before it stops, appended
+// ones included; an event submitted after Close is refused. The batcher is
+// held inside a commit by the database's write lock, taken by another
+// connection (as an operator's sqlite3 shell would), so that events queue
+// behind it.
+func TestCloseCommitsQueuedEvents(t *testing.T) {
+	s, path := openTemp(t, Options{Linger: time.Hour})
 	ctx := context.Background()
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
@@ -222,33 +223,68 @@ func TestCloseRefusesWaitingEvents(t *testing.T) {
 	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
 		t.Fatal(err)
 	}
-	first := s.Submit(kubeEvent("alice", "prod", "get", t0)) // the batcher waits on the lock with it
-	var queued []Commit
+	queued := []Commit{s.Submit(kubeEvent("alice", "prod", "get", t0))} // the batcher waits on the lock with it
 	for range 10 {
 		queued = append(queued, s.Submit(kubeEvent("alice", "prod", "get", t0)))
 	}
+	s.Append(kubeEvent("appended", "prod", "get", t0))
 	closed := make(chan error, 1)
 	go func() { closed <- s.Close() }()
-	// The batcher leaves the commit only when the lock is released (or
-	// after its busy timeout); Close waits for it.
 	if _, err := conn.ExecContext(ctx, "ROLLBACK"); err != nil {
 		t.Fatal(err)
 	}
 	conn.Close()
-	<-closed
-	if err := first.Wait(ctx); err != nil && !errors.Is(err, ErrUnavailable) {
-		t.Fatalf("the event in the commit: %v", err)
+	if err := <-closed; err != nil {
+		t.Fatal(err)
 	}
 	for i, c := range queued {
-		if err := c.Wait(ctx); err != nil && !errors.Is(err, ErrUnavailable) {
-			t.Fatalf("queued event %d: %v, want nil or ErrUnavailable", i, err)
+		if err := c.Wait(ctx); err != nil {
+			t.Fatalf("queued event %d: %v, want it committed at Close", i, err)
+		}
+	}
+	if err := s.Submit(kubeEvent("late", "prod", "get", t0)).Wait(ctx); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("an event after Close: %v, want ErrUnavailable", err)
+	}
+	r, err := Open(ctx, path, Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if got, err := r.Search(ctx, Query{User: "appended"}); err != nil || len(got) != 1 {
+		t.Fatalf("the appended event after Close: %d stored (%v), want it committed", len(got), err)
+	}
+}
+
+// TestAppendJoinsTheNextCommit: an appended event (a request's outcome)
+// waits for the next event somebody waits for (the next request's record)
+// and shares its commit; with nothing to join, it is committed once its
+// linger ends.
+func TestAppendJoinsTheNextCommit(t *testing.T) {
+	ctx := context.Background()
+	s, _ := openTemp(t, Options{Linger: time.Hour})
+	first := sentEvent(sessionID(0), "GET", "get", "", t0)
+	if err := s.Emit(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	s.Append(outcomeOf(first))
+	if err := s.Emit(ctx, sentEvent(sessionID(1), "GET", "get", "", t0)); err != nil {
+		t.Fatal(err)
+	}
+	if c, e := s.commits.Load(), s.events.Load(); c != 2 || e != 3 {
+		t.Fatalf("%d commits for %d events, want the outcome in the second record's commit: 2 for 3", c, e)
+	}
+
+	s, _ = openTemp(t, Options{Linger: time.Millisecond})
+	s.Append(outcomeOf(first))
+	for end := time.Now().Add(10 * time.Second); s.events.Load() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("an appended event alone was not committed after its linger")
 		}
 	}
 }
 
 // TestRecordAndOutcomeShareCommits: requests as the proxy makes them — the
-// record submitted, waited for, then the outcome submitted without waiting
-// — share transactions when they run concurrently: fewer commits than
+// record submitted, waited for, then the outcome appended — share transactions when they run concurrently: fewer commits than
 // events.
 func TestRecordAndOutcomeShareCommits(t *testing.T) {
 	s, _ := openTemp(t, Options{})
@@ -263,7 +299,7 @@ func TestRecordAndOutcomeShareCommits(t *testing.T) {
 				errs <- err
 				return
 			}
-			s.Submit(outcomeOf(sent))
+			s.Append(outcomeOf(sent))
 		})
 	}
 	wg.Wait()

@@ -66,9 +66,17 @@ type Options struct {
 	// that would take it past the limit are refused with a *FullError, and
 	// the requests they describe with them (fail closed).
 	MaxBytes int64
+	// Linger is how long the batcher holds events nobody waits for
+	// (Append: a request's outcome) for an event somebody waits for to
+	// share their commit; 0 means DefaultLinger, a negative value none.
+	Linger time.Duration
 	// Logger receives commit failures; nil means slog.Default().
 	Logger *slog.Logger
 }
+
+// DefaultLinger is Options.Linger's default: at most this long, an
+// appended outcome waits for the next request's record to share its fsync.
+const DefaultLinger = 5 * time.Millisecond
 
 // Store is the proxy's SQLite audit store (WAL, synchronous=FULL). Events
 // are group-committed: one goroutine owned by the Store takes every event
@@ -95,7 +103,9 @@ type Store struct {
 	// under a mutex, so that Submit never waits for a commit under way.
 	mu      sync.Mutex
 	waiting []*pending
+	waiters int // the waiting events somebody waits for (not lazy)
 	closed  bool
+	linger  time.Duration
 	wake    chan struct{} // one slot: "waiting is not empty"
 	quit    chan struct{}
 	stopped chan struct{}
@@ -112,6 +122,7 @@ type pending struct {
 	e     Event
 	data  []byte
 	flush bool
+	lazy  bool       // Append: nobody waits for it
 	done  chan error // one slot: the batcher never waits on a caller
 }
 
@@ -126,6 +137,9 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
+	}
+	if opts.Linger == 0 {
+		opts.Linger = DefaultLinger
 	}
 	if opts.ReadOnly {
 		if _, err := os.Stat(path); err != nil {
@@ -152,6 +166,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		maxBatch: opts.MaxBatch,
 		maxBytes: opts.MaxBytes,
 		readOnly: opts.ReadOnly,
+		linger:   max(opts.Linger, 0),
 		wake:     make(chan struct{}, 1),
 		quit:     make(chan struct{}),
 		stopped:  make(chan struct{}),
@@ -187,8 +202,8 @@ func dsn(path string, readOnly bool) string {
 	return "file:" + p + "?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_txlock=immediate"
 }
 
-// Close stops the batcher (events still waiting get ErrUnavailable) and
-// closes the database.
+// Close commits the events queued so far, stops the batcher and closes the
+// database; events submitted after are refused (ErrUnavailable).
 func (s *Store) Close() error {
 	s.once.Do(func() { close(s.quit) })
 	<-s.stopped
@@ -232,6 +247,21 @@ func (s *Store) Submit(e Event) Commit {
 	return Commit{done: p.done}
 }
 
+// Append queues e like Submit, for a caller that will not wait: the
+// batcher holds it up to Options.Linger for an event somebody waits for,
+// so that the two share a commit (a request's outcome, and the next
+// request's record). An event that cannot be stored is logged.
+func (s *Store) Append(e Event) {
+	e.ID, e.OutcomeUnknown, e.PossiblyApplied = 0, false, false
+	data, err := EncodeEvent(e)
+	if err == nil {
+		err = s.enqueue(&pending{e: e, data: data, lazy: true, done: make(chan error, 1)})
+	}
+	if err != nil {
+		s.log.Error("audit event not stored", "type", e.Type, "session", e.SessionID, "err", err)
+	}
+}
+
 // Flush returns once every event submitted before it was committed or
 // refused: a barrier for a caller that submitted without waiting (tests,
 // shutdown).
@@ -250,6 +280,9 @@ func (s *Store) enqueue(p *pending) error {
 		return errClosed
 	}
 	s.waiting = append(s.waiting, p)
+	if !p.lazy {
+		s.waiters++
+	}
 	s.mu.Unlock()
 	select {
 	case s.wake <- struct{}{}:
@@ -286,6 +319,18 @@ func failed(err error) Commit {
 type Submitter interface {
 	Sink
 	Submit(e Event) Commit
+	Append(e Event)
+}
+
+// Append queues e on sink for nobody to wait for: with its Append when it
+// has one, else by an Emit of its own goroutine, whose failure is lost (the
+// sink is expected to log it).
+func Append(ctx context.Context, sink Sink, e Event) {
+	if s, ok := sink.(Submitter); ok {
+		s.Append(e)
+		return
+	}
+	Submit(ctx, sink, e)
 }
 
 // Submit queues e on sink: with its Submit when it has one, else by an
@@ -299,62 +344,112 @@ func Submit(ctx context.Context, sink Sink, e Event) Commit {
 	return Commit{done: done}
 }
 
-// run is the batcher: it owns all writes.
+// run is the batcher: it owns all writes. It takes every event queued at
+// that moment and commits them in one transaction; when nobody waits for
+// any of them (appended outcomes), it first lingers for one somebody waits
+// for, up to s.linger.
 func (s *Store) run() {
 	defer close(s.stopped)
 	var batch, events []*pending
+	linger := time.NewTimer(time.Hour)
+	linger.Stop()
 	for {
 		select {
 		case <-s.quit:
-			s.refuseWaiting()
+			s.drain(batch, events)
 			return
 		case <-s.wake:
 		}
+		lingered := false
 		for {
 			select {
 			case <-s.quit:
-				s.refuseWaiting()
+				s.drain(batch, events)
 				return
 			default:
 			}
 			s.mu.Lock()
-			if len(s.waiting) <= s.maxBatch {
-				batch, s.waiting = s.waiting, batch[:0]
-			} else {
-				batch = append(batch[:0], s.waiting[:s.maxBatch]...)
-				s.waiting = s.waiting[:copy(s.waiting, s.waiting[s.maxBatch:])]
-			}
-			s.mu.Unlock()
-			if len(batch) == 0 {
+			if len(s.waiting) == 0 {
+				s.mu.Unlock()
 				break
 			}
-			events = events[:0]
-			for _, p := range batch {
-				if !p.flush {
-					events = append(events, p)
+			if s.waiters == 0 && !lingered && s.linger > 0 {
+				// A wake-up already counted is dropped under the lock:
+				// any later Submit sends its own.
+				select {
+				case <-s.wake:
+				default:
 				}
-			}
-			s.write(events)
-			for _, p := range batch {
-				if p.flush {
-					p.done <- nil
+				s.mu.Unlock()
+				lingered = true
+				linger.Reset(s.linger)
+				select {
+				case <-s.wake:
+				case <-linger.C:
+				case <-s.quit:
 				}
+				linger.Stop()
+				continue
 			}
-			clear(batch)
-			clear(events)
+			batch = s.take(batch)
+			s.mu.Unlock()
+			lingered = false
+			events = s.writeBatch(batch, events)
 		}
 	}
 }
 
-// refuseWaiting answers every event still queued at Close: not recorded.
-func (s *Store) refuseWaiting() {
+// take moves up to maxBatch waiting events to batch; s.mu is held.
+func (s *Store) take(batch []*pending) []*pending {
+	if len(s.waiting) <= s.maxBatch {
+		batch, s.waiting = s.waiting, batch[:0]
+	} else {
+		batch = append(batch[:0], s.waiting[:s.maxBatch]...)
+		s.waiting = s.waiting[:copy(s.waiting, s.waiting[s.maxBatch:])]
+	}
+	for _, p := range batch {
+		if !p.lazy {
+			s.waiters--
+		}
+	}
+	return batch
+}
+
+// writeBatch commits the events of batch and answers its Flush markers
+// after them; events is scratch space, returned for reuse.
+func (s *Store) writeBatch(batch, events []*pending) []*pending {
+	events = events[:0]
+	for _, p := range batch {
+		if !p.flush {
+			events = append(events, p)
+		}
+	}
+	s.write(events)
+	for _, p := range batch {
+		if p.flush {
+			p.done <- nil
+		}
+	}
+	clear(batch)
+	clear(events)
+	return events
+}
+
+// drain commits every event queued when Close was called and refuses
+// those submitted after.
+func (s *Store) drain(batch, events []*pending) {
 	s.mu.Lock()
 	s.closed = true
-	rest := s.waiting
-	s.waiting = nil
 	s.mu.Unlock()
-	for _, p := range rest {
-		p.done <- errClosed
+	for {
+		s.mu.Lock()
+		if len(s.waiting) == 0 {
+			s.mu.Unlock()
+			return
+		}
+		batch = s.take(batch)
+		s.mu.Unlock()
+		events = s.writeBatch(batch, events)
 	}
 }
 

@@ -171,8 +171,8 @@ func (k *Kube) relayUpgrade(resp *http.Response) error {
 // request leaves, so its commit overlaps the round trip to the API server
 // instead of following it. Then the worker's audit event and the response
 // head are read (readHead); the response is relayed once the record is
-// durable, and the worker's event, the request's outcome, is queued behind
-// it without waiting: a proxy that stops before it is stored leaves a
+// durable, and the worker's event, the request's outcome, is appended
+// behind it without waiting: a proxy that stops before it is stored leaves a
 // kube.sent without outcome, which Search flags (audit.Event.OutcomeUnknown).
 type streamTransport struct{ k *Kube }
 
@@ -215,9 +215,10 @@ func (t streamTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	// The outcome is stored only with the head it belongs to (a worker
 	// that forges either leaves none), and in the order submitted, so it
-	// never lands before its record. Its commit is not waited for: the
-	// store logs a failure, and the record stays flagged.
-	audit.Submit(context.WithoutCancel(req.Context()), t.k.Audit, ev)
+	// never lands before its record. Its commit is not waited for (it
+	// shares the next record's, audit.Store.Append): the store logs a
+	// failure, and the record stays flagged.
+	audit.Append(context.WithoutCancel(req.Context()), t.k.Audit, ev)
 	body := &streamBody{r: br, conn: conn, stop: stop, live: st.live}
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		resp.Body = body // the stream is now raw bytes both ways
