@@ -36,7 +36,17 @@ the proxy host, alongside a running proxy.
 
   limen audit search --user alice --cluster prod --verb delete --since 24h
   limen audit search --type auth.denied --since 2026-11-01T00:00:00Z --json
-  limen audit search --action admin --since 24h   # refused admin calls`,
+  limen audit search --action admin --since 24h   # refused admin calls
+  limen audit search --outcome-unknown --since 24h # requests sent, outcome never stored
+
+A request is stored twice: the proxy's record of it (kube.sent), durable
+before any byte of the response is relayed, and its outcome (kube.request,
+or the worker's auth.denied) appended after. A search shows the outcome; a
+record whose outcome was never stored (the proxy stopped, the worker went
+away, the audit trail failed after the request left) is shown as
+"outcome unknown", and a write among them as "possibly applied, not fully
+audited". A request still under way is shown so too until it is answered.
+--type kube.sent lists every record, with or without its outcome.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			v, err := loadConfig(cmd)
@@ -74,7 +84,8 @@ the proxy host, alongside a running proxy.
 	f.String("user", "", "only events by this user or bot (NAME or KIND:NAME)")
 	f.String("cluster", "", "only events for this cluster")
 	f.String("verb", "", "only kube.request events with this Kubernetes verb (get, list, watch, delete, …)")
-	f.String("type", "", "only events of this type (kube.request, auth.denied, session.start, …)")
+	f.String("type", "", "only events of this type (kube.request, kube.sent, auth.denied, session.start, …)")
+	f.Bool("outcome-unknown", false, "only requests sent whose outcome is not stored (kube.sent without kube.request)")
 	f.String("action", "", "only auth.denied events that refused this: kube, admin, login or enroll")
 	f.String("since", "", "only events newer than this: a duration (1h, 30m) or an RFC 3339 time")
 	f.Int("limit", 1000, "at most this many events, the newest")
@@ -91,6 +102,11 @@ func auditQuery(v *viper.Viper, now time.Time) (audit.Query, error) {
 		Type:    audit.Type(v.GetString("type")),
 		Action:  v.GetString("action"),
 		Limit:   v.GetInt("limit"),
+
+		OutcomeUnknown: v.GetBool("outcome-unknown"),
+	}
+	if q.OutcomeUnknown && (q.Type != "" && q.Type != audit.TypeKubeSent || q.Action != "") {
+		return q, fmt.Errorf("--outcome-unknown selects kube.sent events; drop --type and --action")
 	}
 	if q.Action != "" && !audit.ValidAction(q.Action) {
 		return q, fmt.Errorf("action %q: want one of %s, %s, %s, %s", q.Action, audit.ActionKube, audit.ActionAdmin, audit.ActionLogin, audit.ActionEnroll)
@@ -151,6 +167,16 @@ func writeEventsTable(w io.Writer, events []audit.Event) error {
 // eventDetail is a one-line summary of an event's body.
 func eventDetail(e audit.Event) string {
 	switch {
+	case e.Kube != nil && e.Type == audit.TypeKubeSent:
+		k := e.Kube
+		d := fmt.Sprintf("%s %s %s", dash(k.Verb), k.Method, k.Path)
+		switch {
+		case e.PossiblyApplied:
+			return d + " OUTCOME UNKNOWN: possibly applied, not fully audited"
+		case e.OutcomeUnknown:
+			return d + " outcome unknown"
+		}
+		return d + " (outcome stored)"
 	case e.Kube != nil:
 		k := e.Kube
 		return fmt.Sprintf("%s %s %s %d %s", k.Verb, k.Method, k.Path, k.Status, k.Latency.Round(time.Microsecond))

@@ -93,6 +93,60 @@ func TestAuditSearchCLI(t *testing.T) {
 	}
 }
 
+// TestAuditSearchCLIOutcomeUnknown: requests sent whose outcome was never
+// stored are listed as such, a write among them as possibly applied; one
+// with its outcome shows as its kube.request alone.
+func TestAuditSearchCLIOutcomeUnknown(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	s, err := audit.Open(ctx, audit.Path(dir), audit.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	now := time.Now()
+	alice := identity.Principal{Kind: identity.KindUser, Name: "alice"}
+	sent := func(id, method, verb, name string, age time.Duration) audit.Event {
+		return audit.Event{Type: audit.TypeKubeSent, Time: now.Add(-age), Cluster: "prod", Principal: alice, SessionID: id,
+			Kube: &audit.KubeRequest{Verb: verb, Method: method, Path: "/api/v1/namespaces/a/pods/" + name}}
+	}
+	answered := sent(strings.Repeat("a", 32), "GET", "get", "answered", 3*time.Minute)
+	outcome := answered
+	outcome.Type, outcome.Kube = audit.TypeKubeRequest, &audit.KubeRequest{Verb: "get", Method: "GET", Path: answered.Kube.Path, Status: 200}
+	for _, e := range []audit.Event{
+		answered, outcome,
+		sent(strings.Repeat("b", 32), "GET", "get", "lost-read", 2*time.Minute),
+		sent(strings.Repeat("c", 32), "DELETE", "delete", "lost-write", time.Minute),
+	} {
+		if err := s.Emit(ctx, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, err := runAuditCLI(t, "audit", "search", "--data-dir", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 4 || !strings.Contains(lines[1], "kube.request") || !strings.Contains(lines[1], "answered 200") ||
+		!strings.Contains(lines[2], "kube.sent") || !strings.Contains(lines[2], "lost-read outcome unknown") ||
+		!strings.Contains(lines[3], "lost-write OUTCOME UNKNOWN: possibly applied, not fully audited") {
+		t.Fatalf("table output:\n%s", out)
+	}
+	out, err = runAuditCLI(t, "audit", "search", "--data-dir", dir, "--outcome-unknown", "--verb", "delete", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var e audit.Event
+	if err := json.Unmarshal([]byte(strings.TrimSpace(out)), &e); err != nil || e.Type != audit.TypeKubeSent ||
+		!e.OutcomeUnknown || !e.PossiblyApplied || !strings.HasSuffix(e.Kube.Path, "lost-write") {
+		t.Fatalf("--outcome-unknown --verb delete --json: %q (%v), want the lost delete flagged", out, err)
+	}
+	out, err = runAuditCLI(t, "audit", "search", "--data-dir", dir, "--type", "kube.sent")
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); err != nil || len(lines) != 4 || !strings.Contains(lines[1], "answered (outcome stored)") {
+		t.Fatalf("--type kube.sent (%v):\n%s", err, out)
+	}
+}
+
 func TestAuditSearchCLIErrors(t *testing.T) {
 	tests := []struct {
 		args []string
@@ -105,6 +159,7 @@ func TestAuditSearchCLIErrors(t *testing.T) {
 		{[]string{"audit", "search", "--data-dir", t.TempDir(), "--limit", "0"}, "limit 0"},
 		{[]string{"audit", "search", "--data-dir", t.TempDir(), "--action", "delete"}, `action "delete": want one of kube, admin, login, enroll`},
 		{[]string{"audit", "search", "--data-dir", t.TempDir(), "--action", "kube", "--type", "kube.request"}, "--action selects auth.denied"},
+		{[]string{"audit", "search", "--data-dir", t.TempDir(), "--outcome-unknown", "--type", "kube.request"}, "--outcome-unknown selects kube.sent"},
 	}
 	for _, tt := range tests {
 		_, err := runAuditCLI(t, tt.args...)

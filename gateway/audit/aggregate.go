@@ -116,6 +116,28 @@ func (a *Aggregator) Emit(ctx context.Context, e Event) error {
 	return a.next.Emit(ctx, e)
 }
 
+// Submit implements Submitter: an event the Aggregator does not count goes
+// to the next Sink's Submit, when it has one.
+func (a *Aggregator) Submit(e Event) Commit {
+	if !Aggregated(e) {
+		return Submit(context.Background(), a.next, e)
+	}
+	return Submit(context.Background(), sinkFunc(a.Emit), e)
+}
+
+// Append implements Submitter like Submit.
+func (a *Aggregator) Append(e Event) {
+	if !Aggregated(e) {
+		Append(context.Background(), a.next, e)
+		return
+	}
+	Submit(context.Background(), sinkFunc(a.Emit), e)
+}
+
+type sinkFunc func(ctx context.Context, e Event) error
+
+func (f sinkFunc) Emit(ctx context.Context, e Event) error { return f(ctx, e) }
+
 // Close stores the refusals still being counted and stops the Aggregator.
 func (a *Aggregator) Close() {
 	a.once.Do(func() { close(a.quit) })

@@ -22,7 +22,16 @@ type Type string
 
 // Event types Limen emits.
 const (
-	TypeKubeRequest  Type = "kube.request"
+	// TypeKubeRequest is a request's outcome, as the worker saw the API
+	// server answer it (status, latency, the groups impersonated).
+	TypeKubeRequest Type = "kube.request"
+	// TypeKubeSent is the proxy's record of a request it forwards (who,
+	// where, what, as which granted groups), made durable while the request
+	// travels to the API server: the response is relayed only once it is,
+	// and the request's kube.request (or the worker's auth.denied, for the
+	// same session id) follows as its outcome. A kube.sent without one is a
+	// request whose outcome is unknown (Search sets OutcomeUnknown).
+	TypeKubeSent     Type = "kube.sent"
 	TypeAuthDenied   Type = "auth.denied"
 	TypeAuthLogin    Type = "auth.login"
 	TypeSessionStart Type = "session.start"
@@ -64,6 +73,17 @@ type Event struct {
 	Session *Session     `json:"session,omitempty"`
 	// Fields carries the details of admin events (token.create, user.add, …).
 	Fields map[string]string `json:"fields,omitempty"`
+
+	// OutcomeUnknown is set by Search on a kube.sent whose outcome (the
+	// kube.request or the worker's auth.denied of its session id) is not
+	// stored: the request is still under way, or its outcome was lost (the
+	// proxy stopped, the worker went away or answered with something the
+	// proxy refused, the audit trail failed after the request left).
+	// PossiblyApplied adds that the request may have changed something
+	// (KubeRequest.Mutating): it may have been applied, and is not fully
+	// audited. Neither is ever stored.
+	OutcomeUnknown  bool `json:"outcome_unknown,omitempty"`
+	PossiblyApplied bool `json:"possibly_applied,omitempty"`
 }
 
 // KubeRequest is the body of a kube.request event. Path never has a query.
@@ -79,6 +99,22 @@ type KubeRequest struct {
 	Path        string        `json:"path"`
 	Status      int           `json:"status"`
 	Latency     time.Duration `json:"latency_ns"`
+}
+
+// Mutating reports whether the request may change something in the cluster:
+// any method but GET, HEAD and OPTIONS, and an exec, attach or port-forward
+// whatever its method (kubectl ≥ 1.30 execs with a GET upgrade).
+func (k *KubeRequest) Mutating() bool {
+	switch k.Method {
+	case "GET", "HEAD", "OPTIONS":
+	default:
+		return true
+	}
+	switch k.Subresource {
+	case "exec", "attach", "portforward":
+		return true
+	}
+	return false
 }
 
 // Denied is the body of an auth.denied event.
@@ -232,7 +268,7 @@ func (e Event) validate() error {
 		return errors.New("more than one of kube, denied and session is set")
 	}
 	switch e.Type {
-	case TypeKubeRequest:
+	case TypeKubeRequest, TypeKubeSent:
 		return e.Kube.validate()
 	case TypeAuthDenied:
 		return e.Denied.validate()

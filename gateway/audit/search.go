@@ -19,13 +19,29 @@ type Query struct {
 	Type    Type
 	// Action keeps auth.denied events that refused this (ActionKube, …).
 	Action string
+	// OutcomeUnknown keeps only the kube.sent events whose outcome is not
+	// stored (Event.OutcomeUnknown).
+	OutcomeUnknown bool
 	// Since keeps events at or after this time; zero keeps all.
 	Since time.Time
 	// Limit keeps the newest Limit events; 0 means 1000.
 	Limit int
 }
 
-// Search returns the newest events matching q, oldest first.
+// outcomeMissing holds for a kube.sent row (the table's name is events)
+// whose session id has no outcome: no kube.request and no auth.denied, the
+// worker's answer. The condition that o.session_id is not empty lets
+// SQLite use the partial index events_session.
+const outcomeMissing = `NOT EXISTS (SELECT 1 FROM events AS o WHERE o.session_id = events.session_id
+	AND o.session_id != '' AND o.type IN ('` + string(TypeKubeRequest) + `', '` + string(TypeAuthDenied) + `'))`
+
+// unknownOutcome is the column Search reads Event.OutcomeUnknown from.
+const unknownOutcome = `(type = '` + string(TypeKubeSent) + `' AND ` + outcomeMissing + `)`
+
+// Search returns the newest events matching q, oldest first. A kube.sent
+// whose outcome is stored says nothing its kube.request does not, so it is
+// left out unless q.Type asks for kube.sent; one without an outcome is
+// returned with OutcomeUnknown (and PossiblyApplied) set.
 func (s *Store) Search(ctx context.Context, q Query) ([]Event, error) {
 	var where []string
 	var args []any
@@ -49,10 +65,16 @@ func (s *Store) Search(ctx context.Context, q Query) ([]Event, error) {
 	if !q.Since.IsZero() {
 		add("time_ns >= ?", q.Since.UnixNano())
 	}
+	switch {
+	case q.OutcomeUnknown:
+		add(unknownOutcome)
+	case q.Type == "":
+		add("(type != ? OR "+outcomeMissing+")", string(TypeKubeSent))
+	}
 	if q.Limit <= 0 {
 		q.Limit = 1000
 	}
-	query := "SELECT id, data FROM events"
+	query := "SELECT id, data, " + unknownOutcome + " FROM events"
 	if len(where) > 0 {
 		query += " WHERE " + strings.Join(where, " AND ")
 	}
@@ -67,7 +89,8 @@ func (s *Store) Search(ctx context.Context, q Query) ([]Event, error) {
 	for rows.Next() {
 		var id int64
 		var data []byte
-		if err := rows.Scan(&id, &data); err != nil {
+		var unknown bool
+		if err := rows.Scan(&id, &data, &unknown); err != nil {
 			return nil, fmt.Errorf("audit search: %w", err)
 		}
 		var e Event
@@ -75,6 +98,9 @@ func (s *Store) Search(ctx context.Context, q Query) ([]Event, error) {
 			return nil, fmt.Errorf("audit search: event %d is corrupt: %w", id, err)
 		}
 		e.ID = id
+		if unknown && e.Kube != nil {
+			e.OutcomeUnknown, e.PossiblyApplied = true, e.Kube.Mutating()
+		}
 		out = append(out, e)
 	}
 	if err := rows.Err(); err != nil {

@@ -250,9 +250,14 @@ func (e *hostileEnv) get(ctx context.Context, ns, q string) (int, string, error)
 }
 
 // reported returns the stored events a worker could have caused: every
-// event but the token.create and token.use of the enrollment.
+// event but the token.create and token.use of the enrollment. The proxy
+// queues a request's outcome before it relays the response but does not
+// wait for its commit, so every event queued so far is flushed first.
 func (e *hostileEnv) reported(t *testing.T) []audit.Event {
 	t.Helper()
+	if err := e.proxy.Audit.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	all, err := e.proxy.Audit.Search(context.Background(), audit.Query{})
 	if err != nil {
 		t.Fatal(err)
@@ -273,7 +278,8 @@ const otherSession = "0123456789abcdef0123456789abcdef"
 // TestHostileWorkerRequestStream: a compromised worker answers requests
 // with forged audit events and broken response heads. Each is refused — the
 // user gets 502 and none of the worker's response — and nothing of it is
-// stored; the honest answers, the controls (a response, and a refusal of a
+// stored: only the proxy's own record of the request it sent (kube.sent),
+// flagged as having no known outcome; the honest answers, the controls (a response, and a refusal of a
 // grant the worker could not verify), are relayed and stored as the proxy's
 // own grant says.
 func TestHostileWorkerRequestStream(t *testing.T) {
@@ -393,8 +399,13 @@ func TestHostileWorkerRequestStream(t *testing.T) {
 			if code != http.StatusBadGateway || strings.Contains(body, "forged") || !strings.Contains(body, "refused the worker's answer") {
 				t.Fatalf("%d %q, want 502 saying the worker's answer was refused, without its body", code, body)
 			}
-			if evs := e.reported(t); len(evs) != before {
-				t.Fatalf("stored %+v", evs[before:])
+			evs := e.reported(t)
+			if len(evs) != before+1 {
+				t.Fatalf("stored %+v, want only the proxy's kube.sent", evs[before:])
+			}
+			if sent := evs[before]; sent.Type != audit.TypeKubeSent || !sent.OutcomeUnknown || sent.Principal.Name != "alice" ||
+				sent.Cluster != testCluster || sent.Kube.Path != "/api/v1/namespaces/"+c.ns+"/configmaps" || sent.Kube.Status != 0 {
+				t.Fatalf("stored %+v %+v, want the proxy's kube.sent of alice's request, its outcome unknown", sent, sent.Kube)
 			}
 			if line := e.log.line("worker answer refused", "namespaces/"+c.ns+"/"); !strings.Contains(line, c.why) {
 				t.Fatalf("the proxy logged %q, want the refusal with %q", line, c.why)
@@ -404,7 +415,8 @@ func TestHostileWorkerRequestStream(t *testing.T) {
 }
 
 // TestHostileWorkerNoAnswer: a compromised worker that never answers holds
-// nothing once the user gives up: the proxy closes its stream.
+// nothing once the user gives up: the proxy closes its stream, and the
+// request is stored as sent with no known outcome.
 func TestHostileWorkerNoAnswer(t *testing.T) {
 	got := make(chan *hostileStream, 1)
 	e := startHostile(t, map[string]func(*hostileStream){"silent": func(s *hostileStream) {
@@ -429,8 +441,10 @@ func TestHostileWorkerNoAnswer(t *testing.T) {
 	case <-time.After(deadline):
 		t.Fatal("the proxy kept the silent worker's stream open after the user left")
 	}
-	if evs := e.reported(t); len(evs) != 0 {
-		t.Fatalf("stored %+v, want nothing", evs)
+	// The request went to the worker, so the proxy's record of it stays,
+	// flagged: nothing says what became of it.
+	if evs := e.reported(t); len(evs) != 1 || evs[0].Type != audit.TypeKubeSent || !evs[0].OutcomeUnknown {
+		t.Fatalf("stored %+v, want only the proxy's kube.sent, its outcome unknown", evs)
 	}
 }
 

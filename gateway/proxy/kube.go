@@ -178,7 +178,7 @@ func (k *Kube) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	span.SetAttributes(attribute.String("limen.session", req.SessionID))
-	ctx, live, err := k.track(r, path, sessions.Session{ID: req.SessionID, Principal: p, Cluster: cluster, Expires: g.ExpiresAt})
+	ctx, live, info, err := k.track(r, path, sessions.Session{ID: req.SessionID, Principal: p, Cluster: cluster, Expires: g.ExpiresAt})
 	if err != nil {
 		deny(http.StatusForbidden, p, "session refused: "+err.Error(), err.Error())
 		return
@@ -195,7 +195,8 @@ func (k *Kube) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, http.StatusBadGateway, "Limen could not reach the worker: "+err.Error())
 		return
 	}
-	ctx = context.WithValue(ctx, relayKey{}, &relayState{conn: stream, token: token, grant: g, request: req, path: path, live: live, w: w})
+	ctx = context.WithValue(ctx, relayKey{}, &relayState{conn: stream, token: token, grant: g, request: req, path: path, live: live, w: w,
+		sent: sentEvent(r, now, path, info, g, req)})
 	k.relayProxy().ServeHTTP(w, r.WithContext(ctx))
 }
 
@@ -227,27 +228,30 @@ func (k *Kube) sign(r *http.Request, p identity.Principal, dec policy.Decision, 
 }
 
 // track puts the response under the session watchdog and returns the
-// context that ends when it is locked, killed or expires. A stream
+// context that ends when it is locked, killed or expires, and the request's
+// classification (nil when the classifier cannot read it). A stream
 // (sessions.Classify) is listed as a session; every other response is only
 // guarded.
-func (k *Kube) track(r *http.Request, path kpath.Path, s sessions.Session) (context.Context, *sessions.Live, error) {
+func (k *Kube) track(r *http.Request, path kpath.Path, s sessions.Session) (context.Context, *sessions.Live, *reqinfo.Info, error) {
 	// A request the classifier cannot read is guarded only; the worker
 	// answers it 400.
+	var known *reqinfo.Info
 	if info, err := reqinfo.Classify(r, path); err == nil {
 		st := sessions.Classify(r, info)
 		s.Kind, s.Target = st.Kind, st.Target
+		known = &info
 	}
 	if s.Kind != sessions.KindNone {
 		liftDeadlines(r) // a stream lasts as long as its grant (port.go)
 	}
 	if k.Sessions == nil {
-		return r.Context(), nil, nil
+		return r.Context(), nil, known, nil
 	}
 	live, err := k.Sessions.Track(r.Context(), s)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return live.Context(), live, nil
+	return live.Context(), live, known, nil
 }
 
 func (k *Kube) untrack(r *http.Request, live *sessions.Live) {

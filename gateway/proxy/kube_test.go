@@ -53,6 +53,8 @@ type standInWorker struct {
 	got      chan *http.Request
 	grants   chan grant.Grant
 	requests chan grant.Request // each stream's preamble beside its grant
+	// answered, if set, is closed once the proxy has read the whole answer.
+	answered chan struct{}
 }
 
 func (w *standInWorker) Open(_ context.Context, cluster string) (net.Conn, error) {
@@ -91,6 +93,9 @@ func (w *standInWorker) Open(_ context.Context, cluster string) (net.Conn, error
 			return
 		}
 		_, _ = io.WriteString(server, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 9\r\n\r\nrelayed!\n")
+		if w.answered != nil {
+			close(w.answered) // a pipe's write returns once it was read
+		}
 	}()
 	return client, nil
 }
@@ -148,8 +153,14 @@ func (f *front) get(t *testing.T, path string, header map[string]string) (int, s
 	return resp.StatusCode, string(b)
 }
 
+// events returns the stored events of a type, once every event queued so
+// far is committed: the proxy queues a request's outcome before it relays
+// the response, but does not wait for its commit.
 func (f *front) events(t *testing.T, typ audit.Type) []audit.Event {
 	t.Helper()
+	if err := f.store.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	evs, err := f.store.Search(context.Background(), audit.Query{Type: typ})
 	if err != nil {
 		t.Fatal(err)
@@ -215,7 +226,8 @@ func TestProxyRefusals(t *testing.T) {
 
 // TestProxyForwards: the worker gets the path below the cluster, no client
 // identity header, and a grant the proxy signed for the policy's groups;
-// the worker's event is stored before the response is relayed.
+// the proxy's record of the request is stored before the response is
+// relayed, and the worker's event after it as its outcome.
 func TestProxyForwards(t *testing.T) {
 	f := newFront(t)
 	code, body := f.get(t, "/k8s/demo/api/v1/namespaces/default/configmaps", map[string]string{
@@ -240,8 +252,81 @@ func TestProxyForwards(t *testing.T) {
 	if g.Principal.Name != "alice" || len(g.Groups) != 1 || g.Groups[0] != "limen:edit" || g.Cluster != "demo" {
 		t.Fatalf("grant %+v", g)
 	}
+	// Durable before the response was relayed: read without Flush.
+	sent, err := f.store.Search(context.Background(), audit.Query{Type: audit.TypeKubeSent})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sent) != 1 || sent[0].SessionID != preq.SessionID || sent[0].Principal.Name != "alice" || sent[0].Cluster != "demo" ||
+		!slices.Equal(sent[0].Groups, []string{"limen:edit"}) || sent[0].Kube.Verb != "list" || sent[0].Kube.Resource != "configmaps" ||
+		sent[0].Kube.Path != "/api/v1/namespaces/default/configmaps" || sent[0].ClientAddr == "" {
+		t.Fatalf("kube.sent %+v, want the proxy's record of alice's list of configmaps on demo for session %s", sent, preq.SessionID)
+	}
 	if evs := f.events(t, audit.TypeKubeRequest); len(evs) != 1 || evs[0].SessionID != preq.SessionID {
 		t.Fatalf("stored %+v, want the worker's kube.request for session %s", evs, preq.SessionID)
+	}
+	if evs := f.events(t, ""); len(evs) != 1 || evs[0].Type != audit.TypeKubeRequest {
+		t.Fatalf("search shows %+v, want the kube.request alone: a kube.sent with its outcome says nothing more", evs)
+	}
+}
+
+// heldRecord is an audit sink in front of a store that holds the commit of
+// each request's record (kube.sent) until the worker has answered, then
+// answers it with err. It has no Submit, so the proxy waits on its Emit,
+// and it passes every other event on, then on stored.
+type heldRecord struct {
+	store    *audit.Store
+	answered chan struct{}
+	err      error
+	stored   chan audit.Event
+}
+
+func (h *heldRecord) Emit(ctx context.Context, ev audit.Event) error {
+	if ev.Type != audit.TypeKubeSent {
+		err := h.store.Emit(ctx, ev)
+		h.stored <- ev
+		return err
+	}
+	<-h.answered
+	if h.err != nil {
+		return h.err
+	}
+	return h.store.Emit(ctx, ev)
+}
+
+// TestProxyRelaysOnlyDurablyRecordedRequests: the record of a request is
+// committed while the request travels, and the response waits for it: a
+// record whose commit fails after the worker answered drops the response
+// with a 503, and its outcome is not stored either; one that succeeds late
+// still relays it.
+func TestProxyRelaysOnlyDurablyRecordedRequests(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		err  error
+		code int
+		body string
+	}{
+		{"the record fails", fmt.Errorf("disk gone: %w", audit.ErrUnavailable), http.StatusServiceUnavailable, "audit trail is unavailable"},
+		{"the record is late", nil, http.StatusOK, "relayed!\n"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFront(t)
+			f.worker.answered = make(chan struct{})
+			held := &heldRecord{store: f.store, answered: f.worker.answered, err: tt.err, stored: make(chan audit.Event, 1)}
+			f.kube.Audit = held
+			code, body := f.get(t, "/k8s/demo/api/v1/namespaces/default/configmaps", nil)
+			<-f.worker.got
+			if code != tt.code || !strings.Contains(body, tt.body) || tt.err != nil && strings.Contains(body, "relayed") {
+				t.Fatalf("%d %q, want %d with %q", code, body, tt.code, tt.body)
+			}
+			if tt.err == nil {
+				waitFor(t, held.stored, "the outcome is stored")
+			}
+			outcomes := f.events(t, audit.TypeKubeRequest)
+			if tt.err != nil && len(outcomes) != 0 || tt.err == nil && len(outcomes) != 1 {
+				t.Fatalf("stored outcomes %+v", outcomes)
+			}
+		})
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/limenhq/limen/gateway/grant"
 	"github.com/limenhq/limen/gateway/kpath"
 	"github.com/limenhq/limen/gateway/relay"
+	"github.com/limenhq/limen/gateway/reqinfo"
 	"github.com/limenhq/limen/gateway/sessions"
 )
 
@@ -36,6 +37,22 @@ type relayState struct {
 	live    *sessions.Live // nil for short requests
 	// w is the client's ResponseWriter, hijacked for an upgrade.
 	w http.ResponseWriter
+	// sent is the proxy's record of the request (audit.TypeKubeSent),
+	// made durable while the request travels.
+	sent audit.Event
+}
+
+// sentEvent is the proxy's record of a request it is about to forward:
+// everything it knows before the API server answers, from its own grant and
+// classification (info, nil when the classifier cannot read the request).
+func sentEvent(r *http.Request, now time.Time, path kpath.Path, info *reqinfo.Info, g grant.Grant, sr grant.Request) audit.Event {
+	k := &audit.KubeRequest{Method: r.Method, Path: audit.RequestPath(path.String())}
+	if info != nil {
+		k.Verb, k.APIGroup, k.APIVersion, k.Resource = info.Verb, info.APIGroup, info.APIVersion, info.Resource
+		k.Subresource, k.Namespace, k.Name, k.Path = info.Subresource, info.Namespace, info.Name, path.String()
+	}
+	return audit.Event{Type: audit.TypeKubeSent, Time: now, Principal: g.Principal, Groups: g.Groups, Cluster: g.Cluster,
+		SessionID: sr.SessionID, ClientAddr: sr.ClientAddr, Kube: k}
 }
 
 // errAuditUnavailable marks a response dropped because its audit event could
@@ -148,10 +165,15 @@ func (k *Kube) relayUpgrade(resp *http.Response) error {
 	return errUpgraded
 }
 
-// streamTransport sends one request over its tunnel stream: the grant
-// preamble, the request, then it reads the worker's audit event and the
-// response head (readHead), stores the event, and only then relays the
-// response.
+// streamTransport sends one request over its tunnel stream and relays the
+// answer only once the proxy's record of the request is durable. The record
+// (kube.sent) is queued for the store's next group commit before the
+// request leaves, so its commit overlaps the round trip to the API server
+// instead of following it. Then the worker's audit event and the response
+// head are read (readHead); the response is relayed once the record is
+// durable, and the worker's event, the request's outcome, is appended
+// behind it without waiting: a proxy that stops before it is stored leaves a
+// kube.sent without outcome, which Search flags (audit.Event.OutcomeUnknown).
 type streamTransport struct{ k *Kube }
 
 func (t streamTransport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -167,6 +189,7 @@ func (t streamTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		conn.Close()
 		return nil, err
 	}
+	record := audit.Submit(req.Context(), t.k.Audit, st.sent)
 	// Grant, request preamble and request head leave in one write: one
 	// tunnel frame, one TLS record, for a request without a body.
 	bw := bufio.NewWriterSize(conn, 4<<10)
@@ -186,11 +209,16 @@ func (t streamTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		return fail(err)
 	}
-	// Stored only with the head it belongs to: a worker that forges either
-	// leaves nothing in the audit trail.
-	if err := t.k.Audit.Emit(req.Context(), ev); err != nil {
+	// No byte of the response before the record of its request is durable.
+	if err := record.Wait(req.Context()); err != nil {
 		return fail(fmt.Errorf("%w: %w", errAuditUnavailable, err))
 	}
+	// The outcome is stored only with the head it belongs to (a worker
+	// that forges either leaves none), and in the order submitted, so it
+	// never lands before its record. Its commit is not waited for (it
+	// shares the next record's, audit.Store.Append): the store logs a
+	// failure, and the record stays flagged.
+	audit.Append(context.WithoutCancel(req.Context()), t.k.Audit, ev)
 	body := &streamBody{r: br, conn: conn, stop: stop, live: st.live}
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		resp.Body = body // the stream is now raw bytes both ways

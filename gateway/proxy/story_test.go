@@ -29,13 +29,14 @@ func (k keepGroups) AllowGroups(_ context.Context, _ identity.Principal, _ polic
 	return out, "narrowed-on-worker", nil
 }
 
-// story is what the audit says of one session.
+// story is what the audit says of one session: sent holds the proxy's
+// record of the request (kube.sent), requests its outcome.
 type story struct {
-	starts, ends, requests []audit.Event
+	starts, ends, requests, sent []audit.Event
 }
 
 // storyOf waits until the store holds a session.end for id and returns every
-// event of the session.
+// event of the session, the proxy's records of its requests included.
 func storyOf(t *testing.T, st *audit.Store, id string) story {
 	t.Helper()
 	for end := time.Now().Add(deadline); ; time.Sleep(10 * time.Millisecond) {
@@ -43,7 +44,16 @@ func storyOf(t *testing.T, st *audit.Store, id string) story {
 		if err != nil {
 			t.Fatal(err)
 		}
+		sent, err := st.Search(context.Background(), audit.Query{Type: audit.TypeKubeSent})
+		if err != nil {
+			t.Fatal(err)
+		}
 		var s story
+		for _, ev := range sent {
+			if ev.SessionID == id {
+				s.sent = append(s.sent, ev)
+			}
+		}
 		for _, ev := range evs {
 			if ev.SessionID != id {
 				continue
@@ -57,11 +67,12 @@ func storyOf(t *testing.T, st *audit.Store, id string) story {
 				s.requests = append(s.requests, ev)
 			}
 		}
-		if len(s.ends) > 0 {
+		// Told to its end: the session's end, and the request's outcome.
+		if len(s.ends) > 0 && len(s.sent) > 0 && !slices.ContainsFunc(s.sent, func(ev audit.Event) bool { return ev.OutcomeUnknown }) {
 			return s
 		}
 		if time.Now().After(end) {
-			t.Fatalf("no session.end for %s within %s", id, deadline)
+			t.Fatalf("no session.end, or no request with its outcome, for %s within %s: %+v", id, deadline, s)
 		}
 	}
 }
@@ -115,9 +126,15 @@ func TestOneSessionOneStory(t *testing.T) {
 				waitFor(t, gone, "the API server's side closes")
 
 				s := storyOf(t, p.store, id)
-				if len(s.starts) != 1 || len(s.ends) != 1 || len(s.requests) != 1 {
-					t.Fatalf("session %s has %d session.start, %d session.end, %d kube.request; want one of each",
-						id, len(s.starts), len(s.ends), len(s.requests))
+				if len(s.starts) != 1 || len(s.ends) != 1 || len(s.requests) != 1 || len(s.sent) != 1 {
+					t.Fatalf("session %s has %d session.start, %d session.end, %d kube.request, %d kube.sent; want one of each",
+						id, len(s.starts), len(s.ends), len(s.requests), len(s.sent))
+				}
+				// The proxy's record names the groups it granted; the
+				// worker impersonated fewer.
+				if sent, req := s.sent[0], s.requests[0]; sent.OutcomeUnknown || sent.Principal.Name != "alice" || sent.Cluster != "demo" ||
+					!slices.Contains(sent.Groups, "limen:edit") || sent.Kube.Verb != req.Kube.Verb || sent.Kube.Path != req.Kube.Path {
+					t.Errorf("kube.sent %+v %+v, want alice's record of the request %+v on demo, its outcome stored", sent, sent.Kube, req.Kube)
 				}
 				for _, ev := range []audit.Event{s.starts[0], s.ends[0], s.requests[0]} {
 					if !slices.Equal(ev.Groups, []string{"limen:edit"}) || ev.Principal.Name != "alice" || ev.Cluster != "demo" {

@@ -197,9 +197,14 @@ func (h *hops) get(t *testing.T, path string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-// lastEvent returns the newest audit event of a type.
+// lastEvent returns the newest audit event of a type, once every event
+// queued so far is committed: the proxy queues a request's outcome before
+// it relays the response, but does not wait for its commit.
 func (h *hops) lastEvent(t *testing.T, typ audit.Type) audit.Event {
 	t.Helper()
+	if err := h.store.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	evs, err := h.store.Search(context.Background(), audit.Query{Type: typ, Limit: 1})
 	if err != nil || len(evs) == 0 {
 		t.Fatalf("no %s event (err %v)", typ, err)

@@ -24,20 +24,35 @@ import (
 // impersonated in every event, and one session.end with both the proxy's
 // reason and the worker's facts.
 
-// story is every audit event of one session.
+// story is every audit event of one session: sent holds the proxy's record
+// of the request (kube.sent), requests its outcome (kube.request).
 type story struct {
-	id                     string
-	starts, ends, requests []audit.Event
+	id                           string
+	starts, ends, requests, sent []audit.Event
 }
 
-// storyIn waits until st holds a session.end for session id and returns the
-// session's events.
+// settled reports whether the story is told to its end: a session.end, and
+// the request's record with its outcome stored.
+func (s story) settled() bool {
+	if len(s.ends) == 0 || len(s.sent) == 0 {
+		return false
+	}
+	for _, ev := range s.sent {
+		if ev.OutcomeUnknown {
+			return false
+		}
+	}
+	return true
+}
+
+// storyIn waits until st holds a session.end for session id, and the
+// outcome of its request, and returns the session's events.
 func storyIn(t *testing.T, st *audit.Store, id string) story {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		s := story{id: id}
-		for _, typ := range []audit.Type{audit.TypeSessionStart, audit.TypeSessionEnd, audit.TypeKubeRequest} {
+		for _, typ := range []audit.Type{audit.TypeSessionStart, audit.TypeSessionEnd, audit.TypeKubeRequest, audit.TypeKubeSent} {
 			evs, err := st.Search(context.Background(), audit.Query{Type: typ, Limit: 10000})
 			if err != nil {
 				t.Fatalf("search audit: %v", err)
@@ -51,16 +66,18 @@ func storyIn(t *testing.T, st *audit.Store, id string) story {
 					s.starts = append(s.starts, ev)
 				case audit.TypeSessionEnd:
 					s.ends = append(s.ends, ev)
+				case audit.TypeKubeSent:
+					s.sent = append(s.sent, ev)
 				default:
 					s.requests = append(s.requests, ev)
 				}
 			}
 		}
-		if len(s.ends) > 0 {
+		if s.settled() {
 			return s
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no session.end for session %s within 30s", id)
+			t.Fatalf("no session.end, or no request with its outcome, for session %s within 30s: %+v", id, s)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -79,15 +96,27 @@ func auditStory(t *testing.T, id string) story {
 
 // check asserts one session.start, one session.end and one kube.request of
 // login kind, and the same groups in all three: groups, or, when nil, the
-// start's, which must not be empty.
+// start's, which must not be empty. The proxy's one record of the request
+// (kube.sent) names the same user, cluster and request, and the groups
+// granted, of which the impersonated are a part.
 func (s story) check(t *testing.T, kind sessions.Kind, groups []string) {
 	t.Helper()
-	if len(s.starts) != 1 || len(s.ends) != 1 || len(s.requests) != 1 {
-		t.Fatalf("session %s has %d session.start, %d session.end and %d kube.request; want one of each:\n%+v",
-			s.id, len(s.starts), len(s.ends), len(s.requests), s)
+	if len(s.starts) != 1 || len(s.ends) != 1 || len(s.requests) != 1 || len(s.sent) != 1 {
+		t.Fatalf("session %s has %d session.start, %d session.end, %d kube.request and %d kube.sent; want one of each:\n%+v",
+			s.id, len(s.starts), len(s.ends), len(s.requests), len(s.sent), s)
+	}
+	sent, req := s.sent[0], s.requests[0]
+	if sent.OutcomeUnknown || sent.Principal.Name != req.Principal.Name || sent.Cluster != req.Cluster ||
+		sent.Kube.Verb != req.Kube.Verb || sent.Kube.Subresource != req.Kube.Subresource || sent.Kube.Path != req.Kube.Path {
+		t.Fatalf("kube.sent %+v %+v is not the record of kube.request %+v %+v", sent, sent.Kube, req, req.Kube)
 	}
 	if groups == nil {
 		groups = s.starts[0].Groups
+	}
+	for _, g := range groups {
+		if !slices.Contains(sent.Groups, g) {
+			t.Fatalf("kube.sent of session %s has groups %v, want the granted groups, among them %v", s.id, sent.Groups, groups)
+		}
 	}
 	for _, ev := range []audit.Event{s.starts[0], s.ends[0], s.requests[0]} {
 		if len(groups) == 0 || !slices.Equal(ev.Groups, groups) {

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -278,10 +279,28 @@ func sessionStarts(t *testing.T, ns, pod string) int {
 }
 
 // lastKubeRequest is the newest kube.request on a pod's subresources in the
-// shared proxy's audit.
+// shared proxy's audit. The proxy appends a request's outcome after it
+// relayed the response, so it first waits until every request on the pod's
+// subresources that the proxy recorded (kube.sent) has its outcome.
 func lastKubeRequest(t *testing.T, ns, pod string) audit.Event {
 	t.Helper()
-	evs, err := openAudit(t).Search(context.Background(), audit.Query{Type: audit.TypeKubeRequest, Limit: 1000})
+	st := openAudit(t)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		pending, err := st.Search(context.Background(), audit.Query{OutcomeUnknown: true, Limit: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.ContainsFunc(pending, func(ev audit.Event) bool {
+			k := ev.Kube
+			return k.Namespace == ns && k.Name == pod && k.Subresource != ""
+		}) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a request on a subresource of %s/%s has no outcome stored after 30s", ns, pod)
+		}
+	}
+	evs, err := st.Search(context.Background(), audit.Query{Type: audit.TypeKubeRequest, Limit: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}
