@@ -36,8 +36,8 @@ func TestHostileWorkerUploadStream(t *testing.T) {
 	const limit = 1 << 20
 	e := startHostile(t, nil, func(c *proxy.Config) { c.RecordingStoreMaxBytes = limit })
 	ids := map[string]string{}
-	for _, name := range []string{"honest", "liar", "short", "long", "twice", "huge"} {
-		id := strings.Repeat("0", 32-len(name)) + hex.EncodeToString([]byte(name))[:len(name)]
+	for _, name := range []string{"honest", "liar", "short", "long", "twice", "huge", "held0", "held1", "held2", "held3"} {
+		id := strings.Repeat("0", 32-2*len(name)) + hex.EncodeToString([]byte(name))
 		ids[name] = id
 		live, err := e.proxy.Sessions.Track(context.Background(), sessions.Session{ID: id, Principal: alice, Cluster: testCluster,
 			Kind: sessions.KindExec, Expires: time.Now().Add(time.Hour)})
@@ -128,15 +128,22 @@ func TestHostileWorkerUploadStream(t *testing.T) {
 	odd.Close()
 
 	// More streams at once than allowed: the one past the limit is closed.
+	// Each held stream is being served once the proxy offered it a resume.
+	waitUntil(t, "the streams above to end", func() bool { return e.proxy.Tunnel.Workers()[0].Streams == 0 })
 	var held []interface{ Close() error }
-	for range tunnel.DefaultMaxWorkerStreams {
+	for i := range tunnel.DefaultMaxWorkerStreams {
 		c, err := e.worker.open()
 		if err != nil {
 			t.Fatal(err)
 		}
 		held = append(held, c)
+		if err := recstore.WriteHeader(c, recstore.Header{ID: ids[fmt.Sprintf("held%d", i)], Size: 100, SHA256: hexSum(data)}); err != nil {
+			t.Fatal(err)
+		}
+		if r, err := recstore.ReadReply(c); err != nil || r.Status != recstore.Resume {
+			t.Fatalf("held stream %d: offer %+v %v", i, r, err)
+		}
 	}
-	waitUntil(t, "the held streams to be served", func() bool { return e.proxy.Tunnel.Workers()[0].Streams >= tunnel.DefaultMaxWorkerStreams })
 	extra, err := e.worker.open()
 	if err != nil {
 		t.Fatal(err)

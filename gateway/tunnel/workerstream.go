@@ -83,9 +83,11 @@ func (s *Server) acceptWorkerStreams(ctx context.Context, w *Worker, t Timing, l
 			continue
 		}
 		handlers.Go(func() {
-			defer func() { <-slots }()
 			conn := stream{Stream: st}
 			defer conn.Close()
+			// Freed before the close, so that a worker that sees its stream
+			// end may open the next at once.
+			defer func() { <-slots }()
 			kind, err := readKind(conn, t.Handshake)
 			if err != nil {
 				log.Warn("tunnel: worker stream refused", "err", err)
