@@ -158,16 +158,17 @@ func TestStorageStatus(t *testing.T) {
 	}
 	data := bytes.Repeat([]byte("r"), 1100<<10)
 	sum := sha256.Sum256(data)
-	for off := 0; off < len(data); off += recstore.MaxChunk {
-		end := min(off+recstore.MaxChunk, len(data))
-		c := recstore.Chunk{ID: "rec", Offset: int64(off), Data: data[off:end], Size: int64(len(data))}
-		if end == len(data) {
-			c.Final, c.SHA256 = true, hex.EncodeToString(sum[:])
-		}
-		if ack := rs.Put("demo", c); ack.Error != "" {
-			t.Fatal(ack.Error)
-		}
+	up, offer := rs.Begin("demo", recstore.Header{ID: "rec", Size: int64(len(data)), SHA256: hex.EncodeToString(sum[:])})
+	if up == nil {
+		t.Fatal(offer.Reason)
 	}
+	if _, err := up.ReadFrom(bytes.NewReader(data)); err != nil {
+		t.Fatal(err)
+	}
+	if r := up.Commit(); r.Status != recstore.Stored {
+		t.Fatal(r.Reason)
+	}
+	up.Close()
 	out = run("proxy", "status", "--data-dir", proxyDir)
 	if !strings.Contains(out, "1.1 MiB in use of 100 GiB (0%), 1 recordings") {
 		t.Errorf("proxy status does not show the recording:\n%s", out)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"time"
 
 	"github.com/limenhq/limen/gateway/audit"
@@ -14,9 +15,10 @@ import (
 )
 
 // The proxy's side of the control stream, one long-lived stream per worker
-// tunnel (DESIGN.md §1): workers send session events and recording chunks,
-// each answered; the proxy pushes the lock list on connect, and lock changes
-// and kills as they happen.
+// tunnel (DESIGN.md §1): workers send session events, each answered; the
+// proxy pushes the lock list on connect, and lock changes and kills as they
+// happen. Recordings come on streams of their own (upload.go), so that no
+// upload holds up this loop.
 
 // workerConn is the proxy's end of one worker's control stream; the
 // tunnel's *tunnel.Worker is one.
@@ -34,10 +36,28 @@ type workerRouter struct {
 	log      *slog.Logger
 	handlers map[string]func(ctx context.Context, w workerConn, m tunnel.Message)
 	connects []func(ctx context.Context, w workerConn) error
+	streams  map[string]func(ctx context.Context, w workerConn, conn net.Conn)
 }
 
 func newWorkerRouter(log *slog.Logger) *workerRouter {
-	return &workerRouter{log: log, handlers: map[string]func(context.Context, workerConn, tunnel.Message){}}
+	return &workerRouter{log: log, handlers: map[string]func(context.Context, workerConn, tunnel.Message){},
+		streams: map[string]func(context.Context, workerConn, net.Conn){}}
+}
+
+// stream registers fn for the streams of kind a worker opens.
+func (r *workerRouter) stream(kind string, fn func(ctx context.Context, w workerConn, conn net.Conn)) {
+	r.streams[kind] = fn
+}
+
+// onStream is the tunnel server's OnStream; a kind no feature serves is
+// closed.
+func (r *workerRouter) onStream(ctx context.Context, w *tunnel.Worker, kind string, conn net.Conn) {
+	fn, ok := r.streams[kind]
+	if !ok {
+		r.log.Warn("unknown stream kind from worker; closing it", "kind", kind, "cluster", w.Info().Cluster)
+		return
+	}
+	fn(ctx, w, conn)
 }
 
 // handle registers fn for control messages of type typ.
@@ -79,16 +99,14 @@ func (r *workerRouter) connected(ctx context.Context, w workerConn) error {
 	return nil
 }
 
-// handleControl registers the proxy's control-stream features: session
-// events into the audit store, recording chunks into the recording store,
-// and the lock list pushed to each worker as it connects.
+// handleControl registers the proxy's features on the worker tunnels:
+// session events into the audit store, recording uploads into the
+// recording store, and the lock list pushed to each worker as it connects.
 func (s *Server) handleControl() {
 	s.control.handle(audit.MsgEvent, func(ctx context.Context, w workerConn, m tunnel.Message) {
 		s.reply(ctx, w, m, audit.MsgEventAck, audit.EventAck{Error: s.storeWorkerEvent(ctx, w.Info().Cluster, m)})
 	})
-	s.control.handle(recstore.MsgChunk, func(ctx context.Context, w workerConn, m tunnel.Message) {
-		s.reply(ctx, w, m, recstore.MsgAck, s.storeChunk(ctx, w.Info().Cluster, m))
-	})
+	s.control.stream(recstore.StreamKind, s.receiveRecording)
 	// A worker serves nothing before it holds the current lock list.
 	s.control.connect(s.pushLocks)
 }
@@ -110,29 +128,6 @@ func (s *Server) storeWorkerEvent(ctx context.Context, cluster string, m tunnel.
 		return err.Error()
 	}
 	return ""
-}
-
-// storeChunk stores one recording chunk under the worker's own cluster, of
-// a session the proxy relayed to it (Kube.RecordingOf, checked as an upload
-// starts, which is always at offset 0, and as it ends).
-func (s *Server) storeChunk(ctx context.Context, cluster string, m tunnel.Message) recstore.Ack {
-	var c recstore.Chunk
-	if err := m.Decode(&c); err != nil {
-		return recstore.Ack{Error: "malformed chunk: " + err.Error()}
-	}
-	if c.Offset == 0 || c.Final {
-		if err := s.Kube.RecordingOf(ctx, cluster, c.ID); err != nil {
-			s.log.Warn("recording refused", "cluster", cluster, "id", c.ID, "err", err)
-			return recstore.Ack{ID: c.ID, Error: err.Error()}
-		}
-	}
-	ack := s.recordings.Put(cluster, c)
-	if ack.Error != "" {
-		s.log.Warn("recording chunk refused", "cluster", cluster, "id", c.ID, "err", ack.Error)
-	} else if ack.SHA256 != "" {
-		s.log.Info("recording stored", "cluster", cluster, "id", c.ID, "sha256", ack.SHA256)
-	}
-	return ack
 }
 
 // pushLocks sends a newly connected worker the full lock list and waits

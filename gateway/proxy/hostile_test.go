@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
@@ -130,30 +131,42 @@ func (w *hostileWorker) report(ev audit.Event) string {
 	return ack.Error
 }
 
-// upload sends data as the whole recording of session id, in one chunk, as
-// the real worker's uploader does, and returns the proxy's answer: "" when
-// it stored the recording.
+// upload sends data as the whole recording of session id on an upload
+// stream of its own, as the real worker's uploader does, and returns the
+// proxy's answer: "" when it stored the recording.
 func (w *hostileWorker) upload(id string, data []byte) string {
 	sum := sha256.Sum256(data)
-	m, err := tunnel.NewMessage(recstore.MsgChunk, recstore.Chunk{ID: id, Data: data, Size: int64(len(data)),
-		Final: true, SHA256: hex.EncodeToString(sum[:])})
+	return w.uploadAs(recstore.Header{ID: id, Size: int64(len(data)), SHA256: hex.EncodeToString(sum[:])}, data)
+}
+
+// uploadAs uploads data under header h, which may lie about it.
+func (w *hostileWorker) uploadAs(h recstore.Header, data []byte) string {
+	conn, err := w.open()
 	if err != nil {
-		return "encode: " + err.Error()
+		return "open: " + err.Error()
 	}
+	defer conn.Close()
+	r, err := recstore.Send(conn, h, bytes.NewReader(data))
+	switch {
+	case err != nil:
+		return "upload stream: " + err.Error()
+	case r.Status == recstore.Refused:
+		return r.Reason
+	case r.Status != recstore.Stored || r.SHA256 != h.SHA256:
+		return fmt.Sprintf("answered %+v", r)
+	}
+	return ""
+}
+
+// open opens an upload stream to the proxy.
+func (w *hostileWorker) open() (net.Conn, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), deadline)
 	defer cancel()
-	reply, err := w.client.Request(ctx, m)
-	if err != nil {
-		return "control stream: " + err.Error()
+	conn, err := w.client.OpenStream(ctx, recstore.StreamKind)
+	if err == nil {
+		_ = conn.SetDeadline(time.Now().Add(deadline))
 	}
-	var ack recstore.Ack
-	if err := reply.Decode(&ack); err != nil {
-		return "ack: " + err.Error()
-	}
-	if ack.Error == "" && ack.SHA256 != hex.EncodeToString(sum[:]) {
-		return "stored with another checksum: " + ack.SHA256
-	}
-	return ack.Error
+	return conn, err
 }
 
 // hostileEnv is the assembled proxy on its real TLS port, the hostile
@@ -170,7 +183,7 @@ type hostileEnv struct {
 // startHostile starts the proxy with a short head timeout (configure sets
 // more), enrolls the hostile worker and returns once the proxy counts it as
 // connected, which it does only after the worker acknowledged the lock list.
-func startHostile(t *testing.T, answers map[string]func(s *hostileStream)) *hostileEnv {
+func startHostile(t *testing.T, answers map[string]func(s *hostileStream), configure ...func(*proxy.Config)) *hostileEnv {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -178,7 +191,11 @@ func startHostile(t *testing.T, answers map[string]func(s *hostileStream)) *host
 	logs := &syncBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, nil))
 	dir := t.TempDir()
-	p, err := proxy.New(ctx, proxy.Config{DataDir: filepath.Join(dir, "proxy"), Clusters: []string{testCluster}, Logger: log})
+	cfg := proxy.Config{DataDir: filepath.Join(dir, "proxy"), Clusters: []string{testCluster}, Logger: log}
+	for _, c := range configure {
+		c(&cfg)
+	}
+	p, err := proxy.New(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

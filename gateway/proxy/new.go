@@ -134,7 +134,7 @@ func New(ctx context.Context, c Config) (_ *Server, err error) {
 		}
 	}()
 	s.Tunnel = &tunnel.Server{Logger: log.With("component", "tunnel"),
-		OnMessage: s.control.onMessage, OnConnect: s.control.onConnect}
+		OnMessage: s.control.onMessage, OnConnect: s.control.onConnect, OnStream: s.control.onStream}
 	if s.Audit, err = audit.Open(ctx, audit.Path(c.DataDir), audit.Options{MaxBytes: c.AuditMaxBytes, Logger: log}); err != nil {
 		return nil, fmt.Errorf("audit store: %w", err)
 	}

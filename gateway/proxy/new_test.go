@@ -28,6 +28,9 @@ import (
 type assembled struct {
 	proxy  *proxy.Server
 	worker *worker.Server
+	// addr is the proxy's port; proxyDir and workerDir their data
+	// directories.
+	addr, proxyDir, workerDir string
 }
 
 const testCluster = "demo"
@@ -37,6 +40,13 @@ const testCluster = "demo"
 // returns once the proxy counts the worker as connected — which it does
 // only after the worker acknowledged the lock list.
 func startAssembled(t *testing.T, before func(p *proxy.Server)) *assembled {
+	t.Helper()
+	return startAssembledWith(t, before, nil)
+}
+
+// startAssembledWith is startAssembled, running beforeWorker, if set, with
+// the worker's enrolled data directory before the worker is built.
+func startAssembledWith(t *testing.T, before func(p *proxy.Server), beforeWorker func(dataDir string)) *assembled {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -66,6 +76,9 @@ func startAssembled(t *testing.T, before func(p *proxy.Server)) *assembled {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if beforeWorker != nil {
+		beforeWorker(wdir)
+	}
 	// The worker needs an API server address and CA to build its
 	// transports; nothing here sends it a request.
 	caFile := filepath.Join(dir, "kube-ca.pem")
@@ -80,7 +93,7 @@ func startAssembled(t *testing.T, before func(p *proxy.Server)) *assembled {
 	t.Cleanup(w.Close)
 	wg.Go(func() { _ = w.Run(ctx) })
 	waitUntil(t, "the worker to connect", func() bool { return p.Tunnel.Connected(testCluster) })
-	return &assembled{proxy: p, worker: w}
+	return &assembled{proxy: p, worker: w, addr: ln.Addr().String(), proxyDir: filepath.Join(dir, "proxy"), workerDir: wdir}
 }
 
 // waitUntil waits for an observable state, with a deadline.

@@ -379,8 +379,9 @@ func ReadSumFile(name string) (string, error) {
 	return sum, nil
 }
 
-// Open opens a finished recording for upload.
-func (s *Spool) Open(id string) (io.ReadCloser, error) {
+// Open opens a finished recording for upload; it seeks, so that an upload
+// can resume where the store's copy ends.
+func (s *Spool) Open(id string) (io.ReadSeekCloser, error) {
 	p, err := s.path(id, extCast)
 	if err != nil {
 		return nil, err

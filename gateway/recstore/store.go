@@ -4,8 +4,9 @@
 //
 // Layout: DIR/<cluster>/<id>.cast with its checksum in <id>.cast.sha256;
 // uploads in progress are <id>.cast.part. A recording becomes visible only
-// once complete and verified (written to the .part file, checked, synced,
-// renamed).
+// once complete and verified (streamed to the .part file, checked, synced,
+// renamed). An upload cut off keeps its .part file, and the worker resumes
+// it where it stopped (upload.go; the protocol is in wire.go).
 package recstore
 
 import (
@@ -55,10 +56,18 @@ const DefaultMaxBytes int64 = 100 << 30
 type Store struct {
 	dir string
 	max int64
-	mu  sync.Mutex // serializes uploads
-	// used is the bytes of every file in the store, uploads in progress
-	// included; kept by Put, measured again when the store looks full.
+
+	mu sync.Mutex // guards what follows
+	// used is the bytes of every file in the store, except those written
+	// by the uploads in progress since they began; measured again when the
+	// store looks full.
 	used int64
+	// promised is the room the uploads in progress may still take: each
+	// one's remaining bytes and checksum file, reserved when it began.
+	promised int64
+	// uploads are the uploads in progress, by cluster/id: one at a time
+	// per recording.
+	uploads map[string]*Upload
 }
 
 // Info describes a stored recording.
@@ -115,73 +124,6 @@ func (s *Store) paths(cluster, id string) (string, error) {
 	return filepath.Join(s.dir, cluster, id+extCast), nil
 }
 
-// Put stores one chunk of an upload from a worker of cluster and returns
-// its acknowledgement. Errors are reported in the Ack: the worker starts
-// over after a backoff.
-func (s *Store) Put(cluster string, c Chunk) Ack {
-	ack := Ack{ID: c.ID}
-	sum, next, err := s.put(cluster, c)
-	ack.Next, ack.SHA256 = next, sum
-	if err != nil {
-		ack.Error = err.Error()
-	}
-	return ack
-}
-
-func (s *Store) put(cluster string, c Chunk) (string, int64, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	cast, err := s.paths(cluster, c.ID)
-	if err != nil {
-		return "", 0, err
-	}
-	if len(c.Data) > MaxChunk {
-		return "", 0, fmt.Errorf("recording store: chunk of %d bytes exceeds %d", len(c.Data), MaxChunk)
-	}
-	if c.Size < 0 || c.Offset < 0 {
-		return "", 0, fmt.Errorf("recording store: negative size or offset")
-	}
-	if old, err := readSum(cast); err == nil {
-		// Already stored: the worker lost our Ack, or could not drop its
-		// copy after it, and sends the recording again. A first chunk is
-		// answered with what is stored, so that the worker compares the
-		// checksum and stops; a final chunk must match it.
-		switch {
-		case c.Final && old == c.SHA256:
-			return old, c.Size, nil
-		case c.Final:
-			return "", 0, fmt.Errorf("recording store: %s/%s is already stored with another checksum", cluster, c.ID)
-		case c.Offset == 0:
-			st, err := os.Stat(cast)
-			if err != nil {
-				return "", 0, fmt.Errorf("recording store: %w", err)
-			}
-			return old, st.Size(), nil
-		}
-	}
-	if err := os.MkdirAll(filepath.Dir(cast), 0o700); err != nil {
-		return "", 0, fmt.Errorf("recording store: %w", err)
-	}
-	part := cast + extPart
-	if err := s.room(part, c); err != nil {
-		return "", 0, err
-	}
-	before := fileSize(part)
-	next, err := appendChunk(part, c.Offset, c.Data)
-	s.used += fileSize(part) - before
-	if err != nil || !c.Final {
-		return "", next, err
-	}
-	size := fileSize(part)
-	sum, err := commit(part, cast, c.Size, c.SHA256)
-	if err != nil {
-		s.used -= size - fileSize(part) // an upload that fails its checksum is removed
-		return "", next, err
-	}
-	s.used += sumFileSize // the part is now the recording, and has its checksum file
-	return sum, next, nil
-}
-
 // FullError refuses an upload that would take the store past its limit.
 type FullError struct {
 	Used, Max int64
@@ -199,41 +141,17 @@ func (e *FullError) Error() string {
 		bytesize.Approx(e.Used), bytesize.Format(e.Max), what)
 }
 
-// room refuses chunk c of the upload in part when the store cannot hold it:
-// at its first chunk, when the whole recording (Chunk.Size, if the worker
-// says it) does not fit; at any chunk, when its data does not. A refused
-// upload's part file is removed, so that it holds no room while it waits in
-// the worker's spool. A store that looks full is measured again first: an
-// operator may have deleted recordings.
-func (s *Store) room(part string, c Chunk) error {
-	need := func() int64 {
-		if c.Offset == 0 {
-			// The upload starts over: its part file is replaced.
-			return s.used - fileSize(part) + max(c.Size, int64(len(c.Data))) + sumFileSize
-		}
-		return s.used + int64(len(c.Data)) + sumFileSize
-	}
-	if need() <= s.max {
-		return nil
-	}
-	if err := s.remeasure(); err != nil {
-		return err
-	}
-	if need() <= s.max {
-		return nil
-	}
-	if os.Remove(part) == nil {
-		_ = s.remeasure()
-	}
-	return &FullError{Used: s.used, Max: s.max, Size: c.Size}
-}
-
+// remeasure sets used from the disk; s.mu is held.
 func (s *Store) remeasure() error {
 	used, _, err := s.measure()
-	if err == nil {
-		s.used = used
+	if err != nil {
+		return err
 	}
-	return err
+	for _, u := range s.uploads {
+		used -= u.written.Load()
+	}
+	s.used = used
+	return nil
 }
 
 // sumFileSize is the size of a recording's checksum file.
@@ -286,67 +204,6 @@ func (s *Store) Usage() (Usage, error) {
 		return Usage{}, err
 	}
 	return Usage{Used: used, Max: s.max, Recordings: n}, nil
-}
-
-// appendChunk writes data at offset of the part file; offset 0 starts it
-// over, any other offset must be the file's current size.
-func appendChunk(part string, offset int64, data []byte) (int64, error) {
-	flags := os.O_WRONLY | os.O_CREATE
-	if offset == 0 {
-		flags |= os.O_TRUNC
-	}
-	f, err := os.OpenFile(part, flags, 0o600)
-	if err != nil {
-		return 0, fmt.Errorf("recording store: %w", err)
-	}
-	defer f.Close()
-	size, err := f.Seek(0, io.SeekEnd)
-	if err != nil {
-		return 0, fmt.Errorf("recording store: %w", err)
-	}
-	if size != offset {
-		return size, fmt.Errorf("recording store: chunk at offset %d, but %d bytes are stored; start over", offset, size)
-	}
-	if _, err := f.Write(data); err != nil {
-		return size, fmt.Errorf("recording store: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return size, fmt.Errorf("recording store: %w", err)
-	}
-	return size + int64(len(data)), nil
-}
-
-// commit verifies the complete part file against size and sum, syncs it
-// and makes it the stored recording.
-func commit(part, cast string, size int64, want string) (string, error) {
-	f, err := os.OpenFile(part, os.O_RDWR, 0)
-	if err != nil {
-		return "", fmt.Errorf("recording store: %w", err)
-	}
-	defer f.Close()
-	h := sha256.New()
-	n, err := io.Copy(h, f)
-	if err != nil {
-		return "", fmt.Errorf("recording store: read back: %w", err)
-	}
-	got := hex.EncodeToString(h.Sum(nil))
-	if n != size || got != want {
-		_ = os.Remove(part)
-		return "", fmt.Errorf("recording store: upload is %d bytes with sha256 %s, worker claims %d bytes with %s; start over", n, got, size, want)
-	}
-	if err := f.Sync(); err != nil {
-		return "", fmt.Errorf("recording store: sync: %w", err)
-	}
-	if err := writeFileSync(cast+extSum, []byte(got+"\n")); err != nil {
-		return "", err
-	}
-	if err := os.Rename(part, cast); err != nil {
-		return "", fmt.Errorf("recording store: %w", err)
-	}
-	if err := syncDir(filepath.Dir(cast)); err != nil {
-		return "", err
-	}
-	return got, nil
 }
 
 func writeFileSync(name string, b []byte) error {

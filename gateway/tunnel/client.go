@@ -44,7 +44,8 @@ type Client struct {
 	MinBackoff, MaxBackoff, HealthyAfter time.Duration
 
 	mu   sync.Mutex
-	ctrl *control // current session's control stream, nil when down
+	ctrl *control       // current session's control stream, nil when down
+	sess *yamux.Session // current session, nil when down
 }
 
 // Run keeps the tunnel up until ctx ends, reconnecting with backoff, and
@@ -125,9 +126,9 @@ func (c *Client) current() *control {
 	return c.ctrl
 }
 
-func (c *Client) setCurrent(ctrl *control) {
+func (c *Client) setCurrent(ctrl *control, sess *yamux.Session) {
 	c.mu.Lock()
-	c.ctrl = ctrl
+	c.ctrl, c.sess = ctrl, sess
 	c.mu.Unlock()
 }
 
@@ -175,8 +176,8 @@ func (c *Client) session(ctx context.Context, log *slog.Logger, handlers *sync.W
 	}
 	log = log.With("session", ack.SessionID)
 	log.Info("tunnel: connected")
-	c.setCurrent(ctrl)
-	defer c.setCurrent(nil)
+	c.setCurrent(ctrl, sess)
+	defer c.setCurrent(nil, nil)
 
 	var wg sync.WaitGroup
 	var ctrlErr error

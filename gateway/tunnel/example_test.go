@@ -119,7 +119,7 @@ func Example() {
 	fmt.Print(string(answer))
 	stream.Close()
 
-	m, _ := tunnel.NewMessage("recording.chunk", map[string]int{"offset": 0})
+	m, _ := tunnel.NewMessage("audit.event", map[string]int{"offset": 0})
 	if err := c.Send(ctx, m); err != nil {
 		fmt.Println(err)
 		return
@@ -127,5 +127,5 @@ func Example() {
 	fmt.Println(<-fromWorker)
 	// Output:
 	// hello, alice
-	// prod sent recording.chunk
+	// prod sent audit.event
 }

@@ -33,6 +33,15 @@ type Server struct {
 	OnMessage func(ctx context.Context, w *Worker, m Message)
 	// OnDisconnect, if set, runs after a registered worker is removed.
 	OnDisconnect func(info WorkerInfo, err error)
+	// OnStream serves a stream the worker opened (Client.OpenStream), of
+	// the kind its first frame names, in a goroutine of its own; the stream
+	// is closed when it returns and ctx ends with the session. It must
+	// close (return) for any kind it does not serve. Nil: every stream a
+	// worker opens is closed unread.
+	OnStream func(ctx context.Context, w *Worker, kind string, conn net.Conn)
+	// MaxWorkerStreams bounds the streams one worker may have open toward
+	// the proxy at once (0: DefaultMaxWorkerStreams); more are closed.
+	MaxWorkerStreams int
 
 	mu        sync.Mutex
 	byCluster map[string][]*Worker
@@ -52,7 +61,8 @@ type WorkerInfo struct {
 	ConnectedAt time.Time
 	// Ready is false until OnConnect has returned.
 	Ready bool
-	// Streams is the number of data streams open now.
+	// Streams is the number of streams open now besides the control
+	// stream: request streams and the worker's own (uploads).
 	Streams int
 	// Opened counts data streams opened over the session's life.
 	Opened uint64
@@ -140,7 +150,8 @@ func (s *Server) ServeConn(ctx context.Context, conn *tls.Conn, cluster string) 
 			}
 		})
 	})
-	wg.Go(func() { refuseStreams(sess, log) })
+	var streams sync.WaitGroup
+	wg.Go(func() { s.acceptWorkerStreams(ctx, w, t, log, &streams) })
 	wg.Go(func() { cancelOnClose(ctx, sess, cancel) })
 
 	err = s.connected(ctx, w)
@@ -152,6 +163,7 @@ func (s *Server) ServeConn(ctx context.Context, conn *tls.Conn, cluster string) 
 	_ = sess.Close()
 	cancel(nil)
 	wg.Wait()
+	streams.Wait()
 	log.Info("tunnel: worker disconnected", "err", err)
 	if s.OnDisconnect != nil {
 		s.OnDisconnect(w.Info(), err)
@@ -193,19 +205,6 @@ func cancelOnClose(ctx context.Context, sess *yamux.Session, cancel context.Canc
 	case <-sess.CloseChan():
 		cancel(errSessionEnded)
 	case <-ctx.Done():
-	}
-}
-
-// refuseStreams closes any stream the worker tries to open: streams are
-// opened by the proxy only, and an unaccepted stream would hold buffers.
-func refuseStreams(sess *yamux.Session, log *slog.Logger) {
-	for {
-		st, err := sess.AcceptStream()
-		if err != nil {
-			return
-		}
-		log.Warn("tunnel: worker opened a stream; closing it")
-		_ = st.Close()
 	}
 }
 

@@ -1,12 +1,14 @@
 // Package tunnel is the reverse tunnel between a Limen worker and the proxy.
 //
 // The worker dials the proxy over TLS 1.3 (ALPN "limen-tunnel/1") and the two
-// sides run one yamux session over that connection. Every stream is opened by
-// the proxy: the first is the long-lived control stream (hello, heartbeats,
-// and caller-defined messages such as lock and kill pushes); every later one
-// carries one HTTP request toward the worker. The worker never opens streams,
-// so stream creation has one direction and the worker's side is a plain
-// accept loop.
+// sides run one yamux session over that connection. The proxy opens the
+// first stream, the long-lived control stream (hello, heartbeats, and
+// caller-defined messages such as lock and kill pushes), and one stream per
+// HTTP request toward the worker. The worker opens streams only for bulk
+// transfers toward the proxy (a recording upload), each starting with a
+// frame that names its kind; the proxy serves the kinds it knows (OnStream)
+// and closes any other. Bulk bytes thus never travel on the control stream,
+// which stays free for locks, kills and heartbeats.
 //
 // The worker side is Client; the proxy side is Server.
 package tunnel

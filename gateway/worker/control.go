@@ -15,8 +15,14 @@ import (
 
 // The worker's side of the control stream (DESIGN.md §1): the proxy pushes
 // the lock list, lock changes and kills, each acknowledged; the worker
-// sends session events (EventRelay) and recordings (Uploader), each
-// answered.
+// sends session events (EventRelay), each answered. Recordings do not
+// travel here: each has a stream of its own (Uploader).
+
+// Requester sends a control message and waits for the reply; the tunnel
+// Client is one.
+type Requester interface {
+	Request(ctx context.Context, m tunnel.Message) (tunnel.Message, error)
+}
 
 // Sender sends a control message without waiting for a reply; the tunnel
 // Client is one.

@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"time"
 
 	"github.com/limenhq/limen/gateway/recording"
@@ -14,19 +14,22 @@ import (
 	"github.com/limenhq/limen/gateway/tunnel"
 )
 
-// Requester sends a control message and waits for the reply; the tunnel
-// Client is one.
-type Requester interface {
-	Request(ctx context.Context, m tunnel.Message) (tunnel.Message, error)
+// StreamOpener opens a stream of a kind to the proxy; the tunnel Client is
+// one.
+type StreamOpener interface {
+	OpenStream(ctx context.Context, kind string) (net.Conn, error)
 }
 
 // Uploader moves committed recordings from the spool to the proxy's store,
-// chunk by chunk over the control stream, and drops each from the spool only
-// after the proxy confirmed the SHA-256 it stored. Failed uploads are
-// retried with backoff; the spool survives restarts, so nothing is lost.
+// each on a tunnel stream of its own (recstore.StreamKind), never on the
+// control stream, so that a large upload holds up no lock, kill or
+// heartbeat. An upload cut off resumes where the proxy's copy ends; the
+// proxy verifies the SHA-256 of the whole file, and the recording leaves the
+// spool only once the proxy acknowledged the same SHA-256. Failed uploads
+// are retried with backoff; the spool survives restarts, so nothing is lost.
 type Uploader struct {
 	Spool  *recording.Spool
-	Tunnel Requester
+	Tunnel StreamOpener
 	// Connected, if set, says whether the tunnel is up; uploads wait for it.
 	Connected func() bool
 	Logger    *slog.Logger
@@ -49,7 +52,7 @@ type backoff struct {
 }
 
 // NewUploader returns an Uploader with default timings.
-func NewUploader(spool *recording.Spool, t Requester, connected func() bool, log *slog.Logger) *Uploader {
+func NewUploader(spool *recording.Spool, t StreamOpener, connected func() bool, log *slog.Logger) *Uploader {
 	return &Uploader{Spool: spool, Tunnel: t, Connected: connected, Logger: log,
 		MinBackoff: 500 * time.Millisecond, MaxBackoff: 30 * time.Second, Poll: 5 * time.Second,
 		kick: make(chan struct{}, 1)}
@@ -176,73 +179,43 @@ func (u *Uploader) pass(ctx context.Context) error {
 	return nil
 }
 
-// upload sends one recording from offset 0 and acknowledges it in the spool
-// once the proxy stored the same SHA-256.
+// upload sends one recording, from where the proxy's copy ends, and drops
+// it from the spool once the proxy stored the same SHA-256.
 func (u *Uploader) upload(ctx context.Context, it recording.Item) error {
-	r, err := u.Spool.Open(it.ID)
+	src, err := u.Spool.Open(it.ID)
 	if err != nil {
 		return err
 	}
-	defer r.Close()
-	buf := make([]byte, recstore.MaxChunk)
-	var off int64
-	for {
-		n, rerr := io.ReadFull(r, buf)
-		if rerr != nil && rerr != io.EOF && rerr != io.ErrUnexpectedEOF {
-			return fmt.Errorf("read spool: %w", rerr)
-		}
-		c := recstore.Chunk{ID: it.ID, Offset: off, Data: buf[:n], Size: it.Size}
-		if off+int64(n) >= it.Size {
-			c.Final, c.SHA256 = true, it.SHA256
-		}
-		ack, err := u.send(ctx, c)
-		if err != nil {
-			return err
-		}
-		if !c.Final && ack.SHA256 != "" {
-			// Already stored (an earlier upload's Ack could not be acted
-			// on): drop the copy only if it is the same recording.
-			if ack.SHA256 != it.SHA256 {
-				return fmt.Errorf("the proxy already stores this recording with sha256 %s, the spool has %s; the spool copy is kept", ack.SHA256, it.SHA256)
-			}
-			return u.Spool.Ack(it.ID, ack.SHA256)
-		}
-		off += int64(n)
-		if c.Final {
-			if ack.SHA256 != it.SHA256 {
-				return fmt.Errorf("proxy stored sha256 %q, spool has %s", ack.SHA256, it.SHA256)
-			}
-			return u.Spool.Ack(it.ID, ack.SHA256)
-		}
-		if n == 0 {
-			return fmt.Errorf("spool file shorter than its %d bytes", it.Size)
-		}
+	defer src.Close()
+	conn, err := u.Tunnel.OpenStream(ctx, recstore.StreamKind)
+	if err != nil {
+		return offline(err)
 	}
+	defer conn.Close()
+	// Leaving ends the upload at once; the proxy keeps what came.
+	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) })
+	defer stop()
+	r, err := recstore.Send(conn, recstore.Header{ID: it.ID, Size: it.Size, SHA256: it.SHA256}, src)
+	switch {
+	case err != nil:
+		return offline(err)
+	case r.Status == recstore.Refused:
+		return fmt.Errorf("proxy: %s", r.Reason)
+	case r.Status != recstore.Stored:
+		return fmt.Errorf("proxy answered %s, want stored", r.Status)
+	case r.SHA256 != it.SHA256:
+		// Already stored (an earlier acknowledgement could not be acted
+		// on), but not this recording: the spool copy is kept.
+		return fmt.Errorf("the proxy stores this recording with sha256 %s, the spool has %s; the spool copy is kept", r.SHA256, it.SHA256)
+	}
+	return u.Spool.Ack(it.ID, r.SHA256)
 }
 
-func (u *Uploader) send(ctx context.Context, c recstore.Chunk) (recstore.Ack, error) {
-	m, err := tunnel.NewMessage(recstore.MsgChunk, c)
-	if err != nil {
-		return recstore.Ack{}, err
+// offline maps a tunnel that is down to errOffline, so that the pass waits
+// for it instead of counting a failure.
+func offline(err error) error {
+	if errors.Is(err, tunnel.ErrNotConnected) || errors.Is(err, tunnel.ErrTunnelClosed) {
+		return errOffline
 	}
-	ctx, cancel := context.WithTimeout(ctx, eventTimeout)
-	defer cancel()
-	reply, err := u.Tunnel.Request(ctx, m)
-	if err != nil {
-		if errors.Is(err, tunnel.ErrNotConnected) || errors.Is(err, tunnel.ErrTunnelClosed) {
-			return recstore.Ack{}, errOffline
-		}
-		return recstore.Ack{}, err
-	}
-	var ack recstore.Ack
-	if reply.Type != recstore.MsgAck {
-		return ack, fmt.Errorf("proxy answered %q, want %s", reply.Type, recstore.MsgAck)
-	}
-	if err := reply.Decode(&ack); err != nil {
-		return ack, fmt.Errorf("decode ack: %w", err)
-	}
-	if ack.Error != "" {
-		return ack, fmt.Errorf("proxy: %s", ack.Error)
-	}
-	return ack, nil
+	return err
 }
