@@ -106,4 +106,3 @@ func plugin(command string, lookPath func(string) (string, error)) Result {
 	}
 	return ok("kubeconfig", "the plugin %s resolves", command)
 }
-

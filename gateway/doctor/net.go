@@ -38,6 +38,7 @@ func probe(ctx context.Context, client *http.Client, url string, header http.Hea
 	c := *client
 	c.Timeout = 0
 	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	defer c.CloseIdleConnections()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	p := Probe{Addr: url}
@@ -89,7 +90,12 @@ func connFailure(who string, p Probe, trust string) (found, fix string) {
 		return fmt.Sprintf("%s at %s is reachable but its certificate is not trusted: not signed by %s", who, p.Addr, trust),
 			"if its CA was replaced, get the new one from its operator; otherwise you are not talking to " + who
 	case errors.As(err, &hostname):
-		return fmt.Sprintf("%s at %s is reachable but its certificate is for another name (%v)", who, p.Addr, err),
+		names := hostname.Certificate.DNSNames
+		for _, ip := range hostname.Certificate.IPAddresses {
+			names = append(names, ip.String())
+		}
+		return fmt.Sprintf("%s at %s is reachable but its certificate is for another name: it names %s, not %s", who, p.Addr,
+				strings.Join(names, ", "), hostname.Host),
 			"use the address its certificate names, or have its operator add this one to its certificate"
 	case errors.As(err, &invalid) && invalid.Reason == x509.Expired:
 		return fmt.Sprintf("%s at %s is reachable but its certificate is expired or not yet valid by this machine's clock (%v)", who, p.Addr, err),
@@ -140,7 +146,11 @@ func Clock(check, who string, p Probe, warnAbove, failAbove time.Duration, why s
 	if skew < 0 {
 		dir = "behind"
 	}
-	found := fmt.Sprintf("%s's clock is %s %s this machine's (±%s)", who, abs.Round(100*time.Millisecond), dir,
+	shown := abs.Round(100 * time.Millisecond)
+	if abs > 10*time.Second {
+		shown = abs.Round(time.Second)
+	}
+	found := fmt.Sprintf("%s's clock is %s %s this machine's (±%s)", who, shown, dir,
 		unc.Round(100*time.Millisecond))
 	fix := "synchronise the clocks of both machines (NTP: timedatectl set-ntp true, chronyc tracking)"
 	switch {
