@@ -2,6 +2,7 @@ package doctor
 
 import (
 	"context"
+	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -59,6 +60,11 @@ func probe(ctx context.Context, client *http.Client, url string, header http.Hea
 		if errors.As(err, &ue) {
 			err = ue.Err
 		}
+		if tr, ok := c.Transport.(*http.Transport); ok && tr.TLSClientConfig != nil && len(tr.TLSClientConfig.Certificates) > 0 && cutOff(err) {
+			if alert := peerAlert(ctx, req.URL.Host, tr.TLSClientConfig); alert != nil {
+				err = alert
+			}
+		}
 		p.Err = err
 		return p
 	}
@@ -71,6 +77,46 @@ func probe(ctx context.Context, client *http.Client, url string, header http.Hea
 		p.Date = d
 	}
 	return p
+}
+
+// cutOff reports whether err may be a connection the peer closed after the
+// handshake: not a dial failure, a timeout, or our refusal of its
+// certificate. (HTTP/1.1 and HTTP/2 word that closing in many ways: a
+// broken pipe, a reset, EOF, "client conn could not be established".)
+func cutOff(err error) bool {
+	var (
+		op     *net.OpError
+		verify *tls.CertificateVerificationError
+	)
+	dial := errors.As(err, &op) && op.Op == "dial"
+	return !dial && !errors.As(err, &verify) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled)
+}
+
+// peerAlert redials addr with cfg and returns the alert a TLS 1.3 server
+// sends right after the handshake when it refuses our certificate, if it
+// sends one. The HTTP request that races that alert may see only a broken
+// pipe or a reset, which would not say why.
+func peerAlert(ctx context.Context, addr string, cfg *tls.Config) error {
+	cfg = cfg.Clone()
+	cfg.NextProtos = []string{"http/1.1"}
+	if cfg.ServerName == "" {
+		cfg.ServerName, _, _ = net.SplitHostPort(addr)
+	}
+	d := tls.Dialer{Config: cfg}
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil
+	}
+	defer conn.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		_ = conn.SetReadDeadline(dl)
+	}
+	_, err = conn.Read(make([]byte, 1))
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "remote error" {
+		return err
+	}
+	return nil
 }
 
 // connFailure words why a probe got no answer, and what to do: the server
