@@ -198,6 +198,9 @@ func Clock(check, who string, p Probe, warnAbove, failAbove time.Duration, why s
 	}
 	found := fmt.Sprintf("%s's clock is %s %s this machine's (±%s)", who, shown, dir,
 		unc.Round(100*time.Millisecond))
+	if abs <= unc {
+		found = fmt.Sprintf("%s's clock agrees with this machine's (to within %s)", who, unc.Round(100*time.Millisecond))
+	}
 	fix := "synchronise the clocks of both machines (NTP: timedatectl set-ntp true, chronyc tracking)"
 	switch {
 	case sure > failAbove:

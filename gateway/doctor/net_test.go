@@ -68,7 +68,7 @@ func TestClock(t *testing.T) {
 		status Status
 		words  []string
 	}{
-		{name: "in step", url: s.URL, status: OK, words: []string{"±"}},
+		{name: "in step", url: s.URL, status: OK, words: []string{"agrees with"}},
 		{name: "server ahead", url: s.URL, shift: -45 * time.Second, status: Warn, words: []string{"ahead of", "more than 30s"}},
 		{name: "server behind", url: s.URL, shift: 45 * time.Second, status: Warn, words: []string{"behind"}},
 		{name: "far ahead", url: s.URL, shift: -5 * time.Minute, status: Fail, words: []string{"ahead of", "more than 1m0s", "the why"}},
