@@ -104,7 +104,7 @@ func newDoctorWorkerCmd() *cobra.Command {
               and accepts the worker certificate. The worker keeps no record
               of its connection: this dials the proxy as the worker does;
               whether the running worker is connected now shows in
-              limen kube ls and the proxy's limen_workers_connected metric
+              limen kube ls and the proxy's limen_tunnel_workers metric
   clock       the skew between this host and the proxy: warn above 10s, FAIL
               above 30s, past which the worker refuses grants as not yet valid
   policy      the active bundle and the bundle service's last error

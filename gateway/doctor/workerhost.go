@@ -108,7 +108,7 @@ func Identity(dataDir string, now time.Time) (*enroll.WorkerIdentity, Result) {
 // Tunnel judges the dial of the proxy with the worker's certificate: the
 // proxy is reachable, trusted by the CA pinned at enrollment, and accepts
 // the certificate. Whether the running worker is connected now is the
-// proxy's to say (limen kube ls, the limen_workers_connected metric).
+// proxy's to say (limen kube ls, the limen_tunnel_workers metric).
 func Tunnel(id *enroll.WorkerIdentity, pr Probe) Result {
 	if pr.Err == nil {
 		return ok("tunnel", "the proxy at %s is reachable, trusted, and accepts the worker certificate", id.Proxy)
