@@ -66,7 +66,7 @@ func (h *harness) doctor(wantFail bool, args ...string) string {
 func TestDoctorUser(t *testing.T) {
 	h := newHarness(t)
 	out := h.doctor(true, "--proxy", h.proxy)
-	doctorLine(t, out, "proxy", doctor.Fail, "not trusted", "system's trusted roots")
+	doctorLine(t, out, "proxy", doctor.Fail, "not trusted", "system's trusted roots", "--ca-fingerprint")
 	doctorLine(t, out, "certificate", doctor.Fail, "not logged in", "run limen login --proxy "+h.proxy)
 	doctorLine(t, out, "clusters", doctor.Skip)
 

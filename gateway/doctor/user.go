@@ -70,7 +70,7 @@ func User(ctx context.Context, o UserOptions) Report {
 	case creds == nil:
 		r = append(r, skip("clusters", "not listed: no valid certificate"))
 	case r[0].Status == Fail:
-		r = append(r, skip("clusters", "not listed: the proxy did not answer"))
+		r = append(r, skip("clusters", "not listed: the proxy check failed"))
 	default:
 		r = append(r, clusters(ctx, p, creds, timeout)...)
 	}
@@ -89,9 +89,12 @@ func proxyReachable(p *profile.Profile, pr Probe) Result {
 	}
 	pr.Addr = p.Proxy
 	found, fix := connFailure("the proxy", pr, trust)
-	if stored != nil && errors.As(pr.Err, new(x509.UnknownAuthorityError)) {
+	switch untrusted := errors.As(pr.Err, new(x509.UnknownAuthorityError)); {
+	case untrusted && stored != nil:
 		fix = "if the proxy's CA was replaced, log in again with the new one: limen login --proxy " + p.Proxy +
 			" --ca-fingerprint FINGERPRINT (limen proxy prints it); otherwise this is not your proxy"
+	case untrusted:
+		fix = "log in with the proxy's CA: limen login --proxy " + p.Proxy + " --ca-fingerprint FINGERPRINT (limen proxy prints it) or --ca-file"
 	}
 	return fail("proxy", found, fix)
 }
