@@ -1,6 +1,7 @@
 package doctor
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -106,9 +107,17 @@ func TestRecordingStore(t *testing.T) {
 	}
 	data := []byte(`{"version":3,"term":{"cols":80,"rows":24}}` + "\n")
 	sum := sha256.Sum256(data)
-	if ack := rs.Put("prod", recstore.Chunk{ID: "s1", Data: data, Size: int64(len(data)), Final: true, SHA256: hex.EncodeToString(sum[:])}); ack.Error != "" {
-		t.Fatalf("upload: %s", ack.Error)
+	up, offer := rs.Begin("prod", recstore.Header{ID: "s1", Size: int64(len(data)), SHA256: hex.EncodeToString(sum[:])})
+	if up == nil {
+		t.Fatalf("upload: %s", offer.Reason)
 	}
+	if _, err := up.ReadFrom(bytes.NewReader(data)); err != nil {
+		t.Fatal(err)
+	}
+	if r := up.Commit(); r.Status != recstore.Stored {
+		t.Fatalf("upload: %s", r.Reason)
+	}
+	up.Close()
 	wantResult(t, RecordingStore(dir, 1<<20), OK, "1 recordings")
 	u, err := rs.Usage()
 	if err != nil {
