@@ -142,7 +142,8 @@ func proxyProbes(s *proxy.Server) telemetry.Probes {
 			}
 			return out
 		},
-		Bundle: bundleProbe(s.Policy),
+		Bundle:     bundleProbe(s.Policy),
+		AuditQueue: func() int64 { return int64(s.Audit.Waiting()) },
 	}
 }
 

@@ -72,6 +72,9 @@ type Options struct {
 	Linger time.Duration
 	// Logger receives commit failures; nil means slog.Default().
 	Logger *slog.Logger
+	// OnCommit, if set, is told how long each successful commit took, on
+	// the batcher's goroutine (metrics); keep it short.
+	OnCommit func(time.Duration)
 }
 
 // DefaultLinger is Options.Linger's default: at most this long, an
@@ -113,6 +116,7 @@ type Store struct {
 	stopped chan struct{}
 	once    sync.Once
 
+	onCommit     func(time.Duration)
 	sinceMeasure int          // commits since used was last measured; the batcher's
 	commits      atomic.Int64 // transactions committed, for tests and metrics
 	events       atomic.Int64 // events committed, for tests and metrics
@@ -170,6 +174,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		maxBytes: opts.MaxBytes,
 		readOnly: opts.ReadOnly,
 		linger:   max(opts.Linger, 0),
+		onCommit: opts.OnCommit,
 		wake:     make(chan struct{}, 1),
 		quit:     make(chan struct{}),
 		stopped:  make(chan struct{}),
@@ -402,6 +407,13 @@ func (s *Store) run() {
 	}
 }
 
+// Waiting is the number of events queued and not yet committed (metrics).
+func (s *Store) Waiting() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.waiting)
+}
+
 // take moves up to maxBatch waiting events to batch; s.mu is held.
 func (s *Store) take(batch []*pending) []*pending {
 	if len(s.waiting) <= s.maxBatch {
@@ -469,8 +481,12 @@ func (s *Store) write(batch []*pending) {
 	if fits == 0 {
 		return
 	}
+	start := time.Now()
 	err := s.commit(batch[:fits])
 	if err == nil {
+		if s.onCommit != nil {
+			s.onCommit(time.Since(start))
+		}
 		s.commits.Add(1)
 		s.events.Add(int64(fits))
 	} else {

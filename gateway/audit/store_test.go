@@ -235,3 +235,29 @@ func BenchmarkEmitSerial(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
 }
+
+// TestOnCommitAndWaiting: every successful commit reports its duration to
+// OnCommit, and nothing stays counted as waiting once committed.
+func TestOnCommitAndWaiting(t *testing.T) {
+	var mu sync.Mutex
+	var commits []time.Duration
+	s, _ := openTemp(t, Options{OnCommit: func(d time.Duration) { mu.Lock(); commits = append(commits, d); mu.Unlock() }})
+	for i := range 3 {
+		if err := s.Emit(context.Background(), kubeEvent(fmt.Sprintf("u%d", i), "prod", "get", time.Now())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := s.Waiting(); n != 0 {
+		t.Errorf("Waiting() = %d after every Emit returned, want 0", n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(commits) != 3 {
+		t.Fatalf("OnCommit told of %d commits, want 3 (one per serial Emit)", len(commits))
+	}
+	for _, d := range commits {
+		if d <= 0 {
+			t.Errorf("commit duration %v", d)
+		}
+	}
+}

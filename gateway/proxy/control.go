@@ -166,9 +166,12 @@ func (s *Server) push(ctx context.Context, cluster string, build func() (tunnel.
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pushTimeout)
 	defer cancel()
+	start := time.Now()
 	if err := s.Tunnel.RequestAll(ctx, cluster, m, check); err != nil {
 		s.log.Warn("push to workers", "type", m.Type, "err", err)
+		return
 	}
+	s.metrics.LockPush(ctx, time.Since(start))
 }
 
 func (s *Server) reply(ctx context.Context, w workerConn, m tunnel.Message, typ string, body any) {

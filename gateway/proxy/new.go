@@ -96,6 +96,7 @@ type Server struct {
 	control    *workerRouter
 	admin      *adminapi.Handler
 	limits     Limits
+	metrics    *telemetry.Metrics
 	log        *slog.Logger
 }
 
@@ -127,7 +128,7 @@ func New(ctx context.Context, c Config) (_ *Server, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("policy: %w", err)
 	}
-	s := &Server{CA: authority, Policy: pol, Mux: http.NewServeMux(), log: log, control: newWorkerRouter(log)}
+	s := &Server{CA: authority, Policy: pol, Mux: http.NewServeMux(), log: log, control: newWorkerRouter(log), metrics: c.Metrics}
 	defer func() {
 		if err != nil {
 			s.Close()
@@ -135,7 +136,8 @@ func New(ctx context.Context, c Config) (_ *Server, err error) {
 	}()
 	s.Tunnel = &tunnel.Server{Logger: log.With("component", "tunnel"),
 		OnMessage: s.control.onMessage, OnConnect: s.control.onConnect, OnStream: s.control.onStream}
-	if s.Audit, err = audit.Open(ctx, audit.Path(c.DataDir), audit.Options{MaxBytes: c.AuditMaxBytes, Logger: log}); err != nil {
+	if s.Audit, err = audit.Open(ctx, audit.Path(c.DataDir), audit.Options{MaxBytes: c.AuditMaxBytes, Logger: log,
+		OnCommit: func(d time.Duration) { c.Metrics.AuditCommit(context.Background(), d) }}); err != nil {
 		return nil, fmt.Errorf("audit store: %w", err)
 	}
 	s.limits = c.Limits.orDefault()

@@ -210,7 +210,11 @@ func (t streamTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return fail(err)
 	}
 	// No byte of the response before the record of its request is durable.
-	if err := record.Wait(req.Context()); err != nil {
+	// The span shows what is left of the commit once the answer is here.
+	_, span := t.k.step(req.Context(), "limen.proxy.audit.wait")
+	err = record.Wait(req.Context())
+	span.End()
+	if err != nil {
 		return fail(fmt.Errorf("%w: %w", errAuditUnavailable, err))
 	}
 	// The outcome is stored only with the head it belongs to (a worker
