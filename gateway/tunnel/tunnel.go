@@ -146,8 +146,19 @@ type stream struct {
 func (s stream) Read(p []byte) (int, error) {
 	n, err := s.Stream.Read(p)
 	s.traffic.add(n, 0)
+	if n < shrinkBelow {
+		// A trickle (an idle watch's events, a shell's echo): drop yamux's
+		// receive buffer if this read emptied it, instead of keeping the
+		// largest frame's worth for the stream's whole life. A bulk stream
+		// reads more at a time and keeps its buffer.
+		s.Stream.Shrink()
+	}
 	return n, s.mapErr(err)
 }
+
+// shrinkBelow is the read size under which a stream's receive buffer is
+// released when empty.
+const shrinkBelow = 4 << 10
 
 func (s stream) Write(p []byte) (int, error) {
 	n, err := s.Stream.Write(p)
