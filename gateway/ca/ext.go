@@ -194,4 +194,3 @@ func DecodeWorkerCluster(der []byte) (string, error) {
 // where a worker is enrolled or a kubeconfig written, not at the first
 // request.
 func ValidClusterName(s string) error { return kpath.ValidCluster(s) }
-
