@@ -133,7 +133,10 @@ func (k *Kube) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w = &observer{ResponseWriter: w, k: k, r: r, start: now, cluster: cluster, path: path}
 	}
 	if errors.Is(err, kpath.ErrClusterMismatch) {
-		k.denied(r, identity.Principal{}, serverCluster, "cluster mismatch: "+err.Error())
+		// A client that names two clusters is refused whoever it is; the
+		// audit names who, when the certificate says.
+		p, _, _ := k.Authenticate(r)
+		k.denied(r, p, serverCluster, "cluster mismatch: "+err.Error())
 		writeStatus(w, http.StatusBadRequest, "Limen refuses the request: "+err.Error()+
 			"; use a kubeconfig written by limen kube login, whose server name alone names the cluster")
 		return
