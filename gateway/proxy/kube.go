@@ -209,7 +209,8 @@ func (k *Kube) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	step.End()
 	if err != nil {
 		if errors.Is(err, tunnel.ErrNoWorker) {
-			writeStatus(w, http.StatusServiceUnavailable, fmt.Sprintf("no Limen worker is connected for cluster %q", cluster))
+			writeStatus(w, http.StatusServiceUnavailable, fmt.Sprintf("no Limen worker is connected for cluster %q: "+
+				"the cluster is unknown to this proxy or its worker is not running (limen kube ls lists your clusters and their workers)", cluster))
 			return
 		}
 		writeStatus(w, http.StatusBadGateway, "Limen could not reach the worker: "+err.Error())
