@@ -521,50 +521,65 @@ spec:
 `, name)
 }
 
-// compatTable renders the results as a table: one row per command, one
-// column per client, each cell pass, FAIL or skip; skip reasons below.
+// compatTable renders the results: kubectl commands as a matrix (one row
+// per command, one column per kubectl), the other clients as a list, each
+// cell pass, FAIL or skip with its reason numbered below.
 func compatTable() string {
 	compatResults.Lock()
 	defer compatResults.Unlock()
-	var clients, rows []string
+	var kubectls, rows []string
+	var others []compatResult
 	cell := map[[2]string]compatResult{}
 	for _, r := range compatResults.cells {
-		if !slices.Contains(clients, r.client) {
-			clients = append(clients, r.client)
+		if !strings.HasPrefix(r.client, "kubectl ") {
+			others = append(others, r)
+			continue
+		}
+		if !slices.Contains(kubectls, r.client) {
+			kubectls = append(kubectls, r.client)
 		}
 		if !slices.Contains(rows, r.row) {
 			rows = append(rows, r.row)
 		}
 		cell[[2]string{r.client, r.row}] = r
 	}
-	var b strings.Builder
 	var reasons []string
-	b.WriteString("| command | " + strings.Join(clients, " | ") + " |\n|---|")
-	b.WriteString(strings.Repeat("---|", len(clients)) + "\n")
-	for _, row := range rows {
-		b.WriteString("| " + row + " |")
-		for _, cl := range clients {
-			r, ok := cell[[2]string{cl, row}]
-			switch {
-			case !ok:
-				b.WriteString(" |")
-			case r.outcome == "skip":
-				n := slices.Index(reasons, r.reason)
-				if n < 0 {
-					reasons = append(reasons, r.reason)
-					n = len(reasons) - 1
-				}
-				fmt.Fprintf(&b, " skip [%d] |", n+1)
-			default:
-				b.WriteString(" " + r.outcome + " |")
-			}
+	outcome := func(r compatResult) string {
+		if r.outcome != "skip" {
+			return r.outcome
 		}
-		b.WriteString("\n")
+		n := slices.Index(reasons, r.reason)
+		if n < 0 {
+			reasons = append(reasons, r.reason)
+			n = len(reasons) - 1
+		}
+		return fmt.Sprintf("skip [%d]", n+1)
+	}
+	var b strings.Builder
+	if len(kubectls) > 0 {
+		b.WriteString("| command | " + strings.Join(kubectls, " | ") + " |\n|---|" + strings.Repeat("---|", len(kubectls)) + "\n")
+		for _, row := range rows {
+			b.WriteString("| " + row + " |")
+			for _, k := range kubectls {
+				if r, ok := cell[[2]string{k, row}]; ok {
+					b.WriteString(" " + outcome(r) + " |")
+				} else {
+					b.WriteString(" |")
+				}
+			}
+			b.WriteString("\n")
+		}
+	}
+	if len(others) > 0 {
+		b.WriteString("\n| client | check | result |\n|---|---|---|\n")
+		for _, r := range others {
+			fmt.Fprintf(&b, "| %s | %s | %s |\n", r.client, r.row, outcome(r))
+		}
 	}
 	for i, r := range reasons {
-		fmt.Fprintf(&b, "\n[%d] %s", i+1, r)
+		fmt.Fprintf(&b, "\n[%d] %s\n", i+1, r)
 	}
-	return b.String() + "\n"
+	return b.String()
 }
 
 func compatMarkdown(table string) string {
@@ -575,6 +590,8 @@ through a Limen proxy and worker against the real control plane of test/cluster,
 kubeconfig written by ` + "`limen kube login`" + ` (server name routing, no path in the server
 URL). Cells: pass, FAIL, or skip with the reason below the table. ` + "`make test`" + ` runs the
 oldest and the newest kubectl of the machine; ` + "`make compat`" + ` runs all of them.
+
+Last run: ` + time.Now().UTC().Format("2006-01-02 15:04 UTC") + `, Kubernetes v1.37 control plane.
 
 ` + table
 }
