@@ -8,7 +8,7 @@ LDFLAGS := -X github.com/limenhq/limen/gateway/buildinfo.Version=$(VERSION) \
            -X github.com/limenhq/limen/gateway/buildinfo.Commit=$(COMMIT)
 TEST_TIMEOUT ?= 25m
 
-.PHONY: demo help build test unit e2e e2e-constrained lint cluster-build cluster-up cluster-down cluster-env opa-test bundle bench bench-quick stress
+.PHONY: demo help build test unit e2e e2e-constrained compat lint cluster-build cluster-up cluster-down cluster-env opa-test bundle bench bench-quick stress
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -30,6 +30,14 @@ e2e: cluster-build ## tests against the real control plane only
 
 e2e-constrained: cluster-build ## the e2e suite with the worker under deploy/kube/worker-rbac-constrained.yaml
 	LIMEN_E2E_RBAC=constrained $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./test/e2e/
+
+# make compat: the whole client matrix of test/e2e/compat_test.go. make test runs it
+# with the oldest and the newest kubectl only.
+COMPAT_OUT ?= test/e2e/COMPAT.md
+
+compat: cluster-build ## the client compatibility matrix through Limen: every kubectl.1.NN and the harness's kubectl, client-go, Helm (bin/helm or LIMEN_HELM), the Python client; prints it and writes test/e2e/COMPAT.md
+	@LIMEN_COMPAT=all LIMEN_COMPAT_OUT=$(abspath $(COMPAT_OUT)) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -run '^TestCompat$$' ./test/e2e/; \
+	  rc=$$?; cat $(COMPAT_OUT); exit $$rc
 
 lint: ## go vet and a gofmt check
 	$(GO) vet ./...

@@ -61,9 +61,13 @@ func newKubeLoginCmd() *cobra.Command {
 		Use:   "login CLUSTER",
 		Short: "Write a kubeconfig for CLUSTER whose only credential is the limen plugin, and print the export line",
 		Long: `Write a separate JSON kubeconfig for CLUSTER in the profile directory. Its
-server is https://PROXY/k8s/CLUSTER and its only credential is the exec
-plugin "limen kube credentials". Use it with the printed export line, or
-merge it with your own as KUBECONFIG=yours:this.`,
+server is https://HOST:PORT with no path, its tls-server-name is
+CLUSTER.kube.HOST (the proxy routes by that name, so kubectl get --raw and
+kubectl proxy work; no DNS record is needed), and its only credential is
+the exec plugin "limen kube credentials". Use it with the printed export
+line, or merge it with your own as KUBECONFIG=yours:this. Kubeconfigs
+written before, with the server https://HOST:PORT/k8s/CLUSTER, keep
+working except for commands that drop the path.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			p, err := commandProfile(cmd)

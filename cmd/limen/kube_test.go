@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -54,7 +55,8 @@ func TestKubeCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	cl := cfg.Clusters[cfg.Contexts[cfg.CurrentContext].Cluster]
-	if cl.Server != "https://"+h.proxy+"/k8s/prod" || len(cl.CertificateAuthorityData) == 0 {
+	host, _, _ := net.SplitHostPort(h.proxy)
+	if cl.Server != "https://"+h.proxy || cl.TLSServerName != "prod.kube."+host || len(cl.CertificateAuthorityData) == 0 {
 		t.Fatalf("cluster %+v", cl)
 	}
 	ai := cfg.AuthInfos[cfg.Contexts[cfg.CurrentContext].AuthInfo]
@@ -110,7 +112,7 @@ func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
 
 // fakeAPIServer is an HTTPS endpoint with the proxy's serving certificate
 // that requires a client certificate from the proxy's CA and reports the
-// principal it carries, standing in for the proxy's /k8s/ routes.
+// principal it carries, standing in for the proxy's routes by server name.
 func fakeAPIServer(t *testing.T, a *ca.Authority) *httptest.Server {
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p, err := a.PrincipalFromRequest(r)
@@ -118,8 +120,10 @@ func fakeAPIServer(t *testing.T, a *ca.Authority) *httptest.Server {
 			http.Error(w, err.Error(), http.StatusUnauthorized)
 			return
 		}
-		if r.URL.Path != "/k8s/prod/version" {
-			t.Logf("stand-in API server: %s %s", r.Method, r.URL.Path)
+		// The kubeconfig names the cluster by server name alone, and the
+		// proxy's certificate covers that name.
+		if r.URL.Path != "/version" || !strings.HasPrefix(r.TLS.ServerName, "prod.kube.") {
+			t.Logf("stand-in API server: %s %s (server name %q)", r.Method, r.URL.Path, r.TLS.ServerName)
 			http.NotFound(w, r)
 			return
 		}
@@ -140,10 +144,10 @@ func TestKubectlThroughPlugin(t *testing.T) {
 	h.login("root", adminPassword)
 	path := h.kubeLogin("prod")
 	srv := fakeAPIServer(t, h.authority(0))
-	// The proxy's /k8s/ routes are not part of this package: point the
+	// The proxy's routes are not part of this package: point the
 	// written kubeconfig at the stand-in, which trusts the same CA.
 	data, _ := os.ReadFile(path)
-	data = bytes.ReplaceAll(data, []byte("https://"+h.proxy+"/k8s/prod"), []byte(srv.URL+"/k8s/prod"))
+	data = bytes.ReplaceAll(data, []byte(`"https://`+h.proxy+`"`), []byte(`"`+srv.URL+`"`))
 	os.WriteFile(path, data, 0o600)
 
 	kube := func() (string, string, error) {

@@ -26,7 +26,11 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
+
+	"github.com/limenhq/limen/gateway/kpath"
 )
 
 // Certificate lifetimes.
@@ -234,7 +238,7 @@ func (a *Authority) loadServing(dir string, opts Options, log *slog.Logger) (tls
 		}
 		return c, nil
 	}
-	names := append([]string{"localhost", "127.0.0.1"}, opts.ServerNames...)
+	names := servingNames(append([]string{"localhost", "127.0.0.1"}, opts.ServerNames...))
 	certPath, keyPath := filepath.Join(dir, "server.crt"), filepath.Join(dir, "server.key")
 	key, _, err := loadOrCreateKey(keyPath, genECDSA)
 	if err != nil {
@@ -258,6 +262,24 @@ func (a *Authority) loadServing(dir string, opts Options, log *slog.Logger) (tls
 	return tls.Certificate{Certificate: [][]byte{cert.Raw, a.root.cert.Raw}, PrivateKey: key, Leaf: cert}, nil
 }
 
+// servingNames adds to each of the proxy's names the wildcard that routes to
+// a cluster by TLS server name, "*.kube.NAME" (kpath.ServerName): one
+// wildcard rather than a name per cluster, because clusters come and go
+// without the proxy restarting (a worker enrolls for a new one; policy
+// names them), and because a certificate listing every cluster would tell
+// them to anyone who connects. A wildcard covers exactly one DNS label,
+// which is what a cluster name is (kpath.ValidCluster). For an IP address
+// the wildcard is a DNS name too ("*.kube.127.0.0.1"): clients send the
+// server name the kubeconfig's tls-server-name sets, so no DNS record is
+// needed.
+func servingNames(names []string) []string {
+	out := slices.Clone(names)
+	for _, n := range names {
+		out = append(out, "*."+kpath.ServerNameLabel+"."+strings.ToLower(n))
+	}
+	return out
+}
+
 func (a *Authority) servingUsable(cert *x509.Certificate, key crypto.Signer, names []string) bool {
 	if !samePublicKey(cert.PublicKey, key.Public()) || cert.CheckSignatureFrom(a.root.cert) != nil {
 		return false
@@ -266,7 +288,8 @@ func (a *Authority) servingUsable(cert *x509.Certificate, key crypto.Signer, nam
 		return false
 	}
 	for _, n := range names {
-		if cert.VerifyHostname(n) != nil {
+		// A wildcard is checked through a name it must cover.
+		if cert.VerifyHostname(strings.Replace(n, "*", "cluster", 1)) != nil {
 			return false
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"sort"
 
 	"github.com/limenhq/limen/gateway/identity"
+	"github.com/limenhq/limen/gateway/kpath"
 )
 
 // Limen's certificate extensions live under a private-enterprise-style arc.
@@ -186,32 +187,10 @@ func DecodeWorkerCluster(der []byte) (string, error) {
 	return v.Cluster, nil
 }
 
-// ValidClusterName checks a cluster name: 1–63 bytes of lower-case letters,
-// digits, '-', '_' and '.', starting and ending with a letter or digit. It is
-// used in URL paths (/k8s/<cluster>) and file names, so nothing else is safe.
-func ValidClusterName(s string) error {
-	if s == "" || len(s) > 63 {
-		return fmt.Errorf("cluster name %q must be 1 to 63 characters", s)
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		alnum := c >= 'a' && c <= 'z' || c >= '0' && c <= '9'
-		if alnum || (i > 0 && i < len(s)-1 && (c == '-' || c == '_' || c == '.')) {
-			continue
-		}
-		return fmt.Errorf("cluster name %q: only lower-case letters, digits and inner '-', '_', '.' are allowed", s)
-	}
-	if s == "." || s == ".." || containsDotDot(s) {
-		return fmt.Errorf("cluster name %q must not contain \"..\"", s)
-	}
-	return nil
-}
-
-func containsDotDot(s string) bool {
-	for i := 0; i+1 < len(s); i++ {
-		if s[i] == '.' && s[i+1] == '.' {
-			return true
-		}
-	}
-	return false
-}
+// ValidClusterName checks a cluster name: a DNS label (kpath.ValidCluster).
+// The name is a segment of /k8s/CLUSTER, a file name, and the first label
+// of the server name CLUSTER.kube.PROXY that routes to it, so one rule
+// serves all three; a name the proxy could not route is refused here,
+// where a worker is enrolled or a kubeconfig written, not at the first
+// request.
+func ValidClusterName(s string) error { return kpath.ValidCluster(s) }

@@ -81,7 +81,7 @@ func TestDecodePrincipalHostile(t *testing.T) {
 }
 
 func TestWorkerClusterHostile(t *testing.T) {
-	if c, err := DecodeWorkerCluster(mustMarshal(t, workerASN1{Version: 1, Cluster: "prod-eu.1"})); err != nil || c != "prod-eu.1" {
+	if c, err := DecodeWorkerCluster(mustMarshal(t, workerASN1{Version: 1, Cluster: "prod-eu-1"})); err != nil || c != "prod-eu-1" {
 		t.Fatalf("valid worker extension: %q, %v", c, err)
 	}
 	for _, bad := range [][]byte{
@@ -100,7 +100,10 @@ func TestWorkerClusterHostile(t *testing.T) {
 
 func TestValidClusterName(t *testing.T) {
 	for s, ok := range map[string]bool{
-		"prod": true, "a": true, "eu-1.prod_x": true, "-a": false, "a-": false, "a..b": false,
+		"prod": true, "a": true, "eu-1": true,
+		// A cluster name is the first label of its server name
+		// (CLUSTER.kube.PROXY): no dots, no underscores.
+		"eu-1.prod": false, "prod_x": false, "-a": false, "a-": false, "a..b": false,
 		"..": false, "a/b": false, "A": false, "a b": false, strings.Repeat("a", 64): false, "a%2f": false,
 	} {
 		if err := ValidClusterName(s); (err == nil) != ok {

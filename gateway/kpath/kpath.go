@@ -216,13 +216,77 @@ func SplitProxyPath(escaped string) (cluster string, rest Path, err error) {
 // forwards r.URL.RawQuery unchanged. Absolute-form and "*" targets are
 // refused. For a client-side request (RequestURI empty, as in tests)
 // r.URL.RequestURI() is used.
-func FromRequest(r *http.Request) (cluster string, p Path, err error) {
+//
+// serverCluster is the cluster the connection's TLS server name names
+// (ClusterFromServerName), or "" when it names none. Then:
+//
+//   - "": the target must be /k8s/CLUSTER/…, and CLUSTER is the cluster;
+//   - a name: the whole target is the Kubernetes path on that cluster, so
+//     that clients which drop the server URL's path (kubectl get --raw,
+//     kubectl proxy) reach it; a target /k8s/CLUSTER/… is still split (a
+//     kubeconfig written before server-name routing, with a server name
+//     added), and CLUSTER must be serverCluster: two names for the
+//     cluster are ErrClusterMismatch, never a choice between them.
+//
+// Either way the Path returned is the one parse of the target: what is
+// checked, audited and forwarded.
+func FromRequest(r *http.Request, serverCluster string) (cluster string, p Path, err error) {
 	target := r.RequestURI
 	if target == "" && r.URL != nil {
 		target = r.URL.RequestURI()
 	}
 	path, _, _ := strings.Cut(target, "?")
-	return SplitProxyPath(path)
+	if serverCluster == "" {
+		return SplitProxyPath(path)
+	}
+	if err := ValidCluster(serverCluster); err != nil {
+		return "", Path{}, fmt.Errorf("TLS server name: %w: %w", err, ErrNotCanonical)
+	}
+	if !strings.HasPrefix(path, Prefix) {
+		p, err := Parse(path)
+		return serverCluster, p, err
+	}
+	cluster, p, err = SplitProxyPath(path)
+	if err != nil {
+		return "", Path{}, err
+	}
+	if cluster != serverCluster {
+		return "", Path{}, fmt.Errorf("the TLS server name names cluster %q and the path names cluster %q: %w",
+			serverCluster, cluster, ErrClusterMismatch)
+	}
+	return cluster, p, nil
+}
+
+// ErrClusterMismatch is returned when a connection's TLS server name and its
+// request path name different clusters; callers answer 400.
+var ErrClusterMismatch = errors.New("server name and path name different clusters")
+
+// ServerNameLabel is the label between the cluster and the proxy's name in
+// a server name that routes to a cluster: CLUSTER.kube.PROXY.
+const ServerNameLabel = "kube"
+
+// ServerName is the TLS server name that routes to cluster on the proxy
+// named proxyName (a DNS name or an IP address, as the client dials it):
+// "CLUSTER.kube.PROXY". The proxy's serving certificate covers it with the
+// wildcard "*.kube.PROXY", so no DNS record is needed: the client dials the
+// proxy's address and only presents this name.
+func ServerName(cluster, proxyName string) string {
+	return cluster + "." + ServerNameLabel + "." + strings.ToLower(proxyName)
+}
+
+// ClusterFromServerName returns the cluster that serverName names on a
+// proxy known by proxyNames ("CLUSTER.kube.PROXY" with PROXY among them,
+// compared without case, as DNS names are), and whether it names one. The
+// cluster it returns is not validated: FromRequest refuses an invalid one,
+// so that "a.b.kube.PROXY" is a refusal rather than the proxy's own routes.
+func ClusterFromServerName(serverName string, proxyNames []string) (string, bool) {
+	sn := strings.ToLower(strings.TrimSuffix(serverName, "."))
+	for _, n := range proxyNames {
+		if c, ok := strings.CutSuffix(sn, "."+ServerNameLabel+"."+strings.ToLower(n)); ok && c != "" {
+			return c, true
+		}
+	}
+	return "", false
 }
 
 // ValidCluster reports whether name is a cluster name: a DNS-1123 label

@@ -159,14 +159,88 @@ func TestFromRequestUsesTheWireSpelling(t *testing.T) {
 	for _, tt := range tests {
 		r := httptest.NewRequest(http.MethodGet, "https://proxy.example", nil)
 		r.RequestURI = tt.target
-		_, rest, err := FromRequest(r)
+		_, rest, err := FromRequest(r, "")
 		if (err == nil) != tt.ok || err == nil && rest.String() != tt.rest {
 			t.Errorf("FromRequest(%q) = %q, %v; want ok=%v rest %q", tt.target, rest, err, tt.ok, tt.rest)
 		}
 	}
 	r, _ := http.NewRequest(http.MethodGet, "https://proxy.example/k8s/prod/api/v1?x=1", nil)
-	if c, rest, err := FromRequest(r); err != nil || c != "prod" || rest.String() != "/api/v1" {
+	if c, rest, err := FromRequest(r, ""); err != nil || c != "prod" || rest.String() != "/api/v1" {
 		t.Errorf("client-side request: %q %q %v", c, rest, err)
+	}
+}
+
+// TestFromRequestByServerName: with a cluster named by the TLS server name
+// the whole target is the Kubernetes path, a /k8s/ prefix naming the same
+// cluster is still split, and one naming another cluster is refused.
+func TestFromRequestByServerName(t *testing.T) {
+	tests := []struct {
+		server, target string
+		cluster, rest  string
+		err            error // nil: ok
+	}{
+		{"prod", "/version", "prod", "/version", nil},
+		{"prod", "/", "prod", "/", nil},
+		{"prod", "/api/v1/namespaces/default/pods?watch=1", "prod", "/api/v1/namespaces/default/pods", nil},
+		{"prod", "/k8s/prod/api/v1", "prod", "/api/v1", nil},
+		{"prod", "/k8s/prod", "prod", "/", nil},
+		{"prod", "/k8s/staging/api/v1", "", "", ErrClusterMismatch},
+		{"prod", "/k8s/staging", "", "", ErrClusterMismatch},
+		// The same canonical rules as under /k8s/.
+		{"prod", "/api/%2e%2e/secrets", "", "", ErrNotCanonical},
+		{"prod", "/api//v1", "", "", ErrNotCanonical},
+		{"prod", "/k8s/Prod/api", "", "", ErrNotCanonical},
+		{"a.b", "/version", "", "", ErrNotCanonical},
+		{"-x", "/version", "", "", ErrNotCanonical},
+		{"", "/version", "", "", ErrNotCanonical},
+	}
+	for _, tt := range tests {
+		r := httptest.NewRequest(http.MethodGet, "https://proxy.example", nil)
+		r.RequestURI = tt.target
+		c, rest, err := FromRequest(r, tt.server)
+		if tt.err != nil {
+			if !errors.Is(err, tt.err) {
+				t.Errorf("FromRequest(%q, server %q) = %q %q, %v; want %v", tt.target, tt.server, c, rest, err, tt.err)
+			}
+			continue
+		}
+		if err != nil || c != tt.cluster || rest.String() != tt.rest {
+			t.Errorf("FromRequest(%q, server %q) = %q %q, %v; want %q %q", tt.target, tt.server, c, rest, err, tt.cluster, tt.rest)
+		}
+	}
+}
+
+func TestClusterFromServerName(t *testing.T) {
+	names := []string{"localhost", "127.0.0.1", "limen.example.com"}
+	tests := []struct {
+		sn      string
+		cluster string
+		ok      bool
+	}{
+		{"prod.kube.limen.example.com", "prod", true},
+		{"PROD.Kube.Limen.Example.COM.", "prod", true},
+		{"demo.kube.127.0.0.1", "demo", true},
+		{"demo.kube.localhost", "demo", true},
+		{"a.b.kube.localhost", "a.b", true}, // named, and refused by FromRequest
+		{"kube.localhost", "", false},
+		{".kube.localhost", "", false},
+		{"limen.example.com", "", false},
+		{"localhost", "", false},
+		{"", "", false},
+		{"prod.kube.other.example.com", "", false},
+		{"prod.kube.example.com", "", false},
+	}
+	for _, tt := range tests {
+		c, ok := ClusterFromServerName(tt.sn, names)
+		if c != tt.cluster || ok != tt.ok {
+			t.Errorf("ClusterFromServerName(%q) = %q, %v; want %q, %v", tt.sn, c, ok, tt.cluster, tt.ok)
+		}
+	}
+	if sn := ServerName("prod", "Limen.Example.com"); sn != "prod.kube.limen.example.com" {
+		t.Errorf("ServerName = %q", sn)
+	}
+	if c, ok := ClusterFromServerName(ServerName("prod", "127.0.0.1"), names); c != "prod" || !ok {
+		t.Errorf("ServerName does not round-trip: %q %v", c, ok)
 	}
 }
 

@@ -33,6 +33,8 @@ func reasonFor(code int) metav1.StatusReason {
 		return metav1.StatusReasonUnauthorized
 	case http.StatusForbidden:
 		return metav1.StatusReasonForbidden
+	case http.StatusNotFound:
+		return metav1.StatusReasonNotFound
 	case http.StatusServiceUnavailable:
 		return metav1.StatusReasonServiceUnavailable
 	}

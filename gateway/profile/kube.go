@@ -3,7 +3,9 @@ package profile
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"path/filepath"
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -11,6 +13,7 @@ import (
 	clientcmdv1 "k8s.io/client-go/tools/clientcmd/api/v1"
 
 	"github.com/limenhq/limen/gateway/ca"
+	"github.com/limenhq/limen/gateway/kpath"
 )
 
 // ExecAPIVersion is the exec credential API the plugin speaks.
@@ -30,7 +33,11 @@ type Plugin struct {
 }
 
 // WriteKubeconfig writes a JSON kubeconfig for cluster whose only credential
-// is the exec plugin, and returns its path.
+// is the exec plugin, and returns its path. The server URL is the proxy's
+// address with no path, and the cluster is named by the TLS server name
+// (ServerName): kubectl get --raw, kubectl proxy and clients that build
+// request URIs themselves drop a server URL's path, but every client sends
+// the server name.
 func (p *Profile) WriteKubeconfig(cluster string, plugin Plugin) (string, error) {
 	if err := ca.ValidClusterName(cluster); err != nil {
 		return "", err
@@ -40,6 +47,10 @@ func (p *Profile) WriteKubeconfig(cluster string, plugin Plugin) (string, error)
 		return "", err
 	}
 	name := "limen-" + cluster
+	sn, err := ServerName(p.Proxy, cluster)
+	if err != nil {
+		return "", err
+	}
 	exec := &clientcmdv1.ExecConfig{
 		APIVersion:      ExecAPIVersion,
 		Command:         plugin.Command,
@@ -54,7 +65,8 @@ func (p *Profile) WriteKubeconfig(cluster string, plugin Plugin) (string, error)
 		Kind:       "Config",
 		APIVersion: "v1",
 		Clusters: []clientcmdv1.NamedCluster{{Name: name, Cluster: clientcmdv1.Cluster{
-			Server:                   "https://" + p.Proxy + "/k8s/" + cluster,
+			Server:                   "https://" + p.Proxy,
+			TLSServerName:            sn,
 			CertificateAuthorityData: caPEM,
 		}}},
 		AuthInfos:      []clientcmdv1.NamedAuthInfo{{Name: name, AuthInfo: clientcmdv1.AuthInfo{Exec: exec}}},
@@ -73,6 +85,24 @@ func (p *Profile) WriteKubeconfig(cluster string, plugin Plugin) (string, error)
 		return "", err
 	}
 	return path, nil
+}
+
+// ServerName is the TLS server name that routes to cluster on the proxy at
+// HOST:PORT: CLUSTER.kube.HOST (kpath.ServerName). The proxy's generated
+// certificate covers *.kube.HOST for each of its names, so HOST must be one
+// of them (localhost, 127.0.0.1 or a --server-name); no DNS record is
+// needed, since the client still dials HOST.
+func ServerName(proxy, cluster string) (string, error) {
+	host, _, err := net.SplitHostPort(proxy)
+	if err != nil {
+		return "", fmt.Errorf("proxy address %q: %w", proxy, err)
+	}
+	if strings.Contains(host, ":") {
+		// An IPv6 literal is not a DNS name, and neither is anything ending in
+		// one; the proxy's loopback names work for a local proxy.
+		return "", fmt.Errorf("proxy address %q: an IPv6 address cannot end a TLS server name; log in with the proxy's DNS name (or localhost)", proxy)
+	}
+	return kpath.ServerName(cluster, host), nil
 }
 
 // ExecCredential is the plugin's output for c: the certificate, the key

@@ -147,3 +147,18 @@ func TestSaveModesAndLogout(t *testing.T) {
 		t.Fatal("second logout removed something")
 	}
 }
+
+func TestServerName(t *testing.T) {
+	for proxy, want := range map[string]string{
+		"127.0.0.1:8443":        "prod.kube.127.0.0.1",
+		"Limen.Example.com:443": "prod.kube.limen.example.com",
+		"localhost:8443":        "prod.kube.localhost",
+		"[::1]:8443":            "", // an IPv6 literal cannot end a DNS name
+		"no-port.example.com":   "",
+	} {
+		got, err := ServerName(proxy, "prod")
+		if got != want || (err == nil) != (want != "") {
+			t.Errorf("ServerName(%q) = %q, %v; want %q", proxy, got, err, want)
+		}
+	}
+}

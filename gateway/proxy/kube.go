@@ -66,7 +66,8 @@ type Registrar interface {
 // principal and the certificate's expiry.
 type Authenticator func(r *http.Request) (identity.Principal, time.Time, error)
 
-// Kube serves /k8s/CLUSTER/…: authenticate → decide → grant → tunnel.
+// Kube serves /k8s/CLUSTER/…, and every path of a connection whose TLS
+// server name is CLUSTER.kube.PROXY: authenticate → decide → grant → tunnel.
 type Kube struct {
 	Authenticate Authenticator
 	Policy       Decider
@@ -80,6 +81,11 @@ type Kube struct {
 	// Clusters returns the labels the policy sees for a cluster name; an
 	// unknown cluster has none.
 	Clusters func(name string) policy.Cluster
+	// ProxyNames are the names the proxy is reached by: a connection whose
+	// TLS server name is CLUSTER.kube.NAME for one of them routes to
+	// CLUSTER whatever its path (kpath.ClusterFromServerName). New takes
+	// them from the serving certificate's "*.kube.NAME" wildcards.
+	ProxyNames []string
 	// GrantTTL bounds a grant's life; it never outlives the certificate.
 	GrantTTL time.Duration
 	// AuditRoom, if set, says whether the audit trail has room for the
@@ -121,12 +127,22 @@ func (k *Kube) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ctx, span := k.startRequestSpan(r)
 	defer span.End()
 	r = r.WithContext(ctx)
-	cluster, path, err := kpath.FromRequest(r)
+	serverCluster, _ := k.ServerCluster(r)
+	cluster, path, err := kpath.FromRequest(r, serverCluster)
 	if k.Tracer != nil || k.Metrics != nil {
 		w = &observer{ResponseWriter: w, k: k, r: r, start: now, cluster: cluster, path: path}
 	}
+	if errors.Is(err, kpath.ErrClusterMismatch) {
+		// A client that names two clusters is refused whoever it is; the
+		// audit names who, when the certificate says.
+		p, _, _ := k.Authenticate(r)
+		k.denied(r, p, serverCluster, "cluster mismatch: "+err.Error())
+		writeStatus(w, http.StatusBadRequest, "Limen refuses the request: "+err.Error()+
+			"; use a kubeconfig written by limen kube login, whose server name alone names the cluster")
+		return
+	}
 	if err != nil {
-		k.denied(r, identity.Principal{}, "", "non-canonical path: "+err.Error())
+		k.denied(r, identity.Principal{}, serverCluster, "non-canonical path: "+err.Error())
 		writeStatus(w, http.StatusBadRequest, "the request path is not canonical: "+err.Error())
 		return
 	}
@@ -165,8 +181,12 @@ func (k *Kube) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if len(dec.Groups) == 0 {
+		// An unknown cluster and one the user lost access to look the same
+		// here, and must: telling them apart would list the clusters to
+		// anyone who asks.
 		deny(http.StatusForbidden, p, "policy grants no group on "+cluster,
-			fmt.Sprintf("Limen policy grants %s no group on cluster %q", p.Name, cluster))
+			fmt.Sprintf("Limen policy grants %s no group on cluster %q: the cluster is unknown or you have no access to it "+
+				"(limen kube ls lists the clusters you may reach)", p.Name, cluster))
 		return
 	}
 	_, step = k.step(ctx, "limen.proxy.grant")
@@ -189,7 +209,8 @@ func (k *Kube) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	step.End()
 	if err != nil {
 		if errors.Is(err, tunnel.ErrNoWorker) {
-			writeStatus(w, http.StatusServiceUnavailable, fmt.Sprintf("no Limen worker is connected for cluster %q", cluster))
+			writeStatus(w, http.StatusServiceUnavailable, fmt.Sprintf("no Limen worker is connected for cluster %q: "+
+				"the cluster is unknown to this proxy or its worker is not running (limen kube ls lists your clusters and their workers)", cluster))
 			return
 		}
 		writeStatus(w, http.StatusBadGateway, "Limen could not reach the worker: "+err.Error())
@@ -198,6 +219,16 @@ func (k *Kube) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ctx = context.WithValue(ctx, relayKey{}, &relayState{conn: stream, token: token, grant: g, request: req, path: path, live: live, w: w,
 		sent: sentEvent(r, now, path, info, g, req)})
 	k.relayProxy().ServeHTTP(w, r.WithContext(ctx))
+}
+
+// ServerCluster returns the cluster that r's TLS server name names, and
+// whether it names one (ProxyNames). Such a connection is the Kubernetes
+// API of that cluster on every path.
+func (k *Kube) ServerCluster(r *http.Request) (string, bool) {
+	if r.TLS == nil || r.TLS.ServerName == "" {
+		return "", false
+	}
+	return kpath.ClusterFromServerName(r.TLS.ServerName, k.ProxyNames)
 }
 
 // sign returns the grant for p's decision on cluster, reused from an

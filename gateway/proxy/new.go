@@ -2,12 +2,15 @@ package proxy
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -17,6 +20,7 @@ import (
 	"github.com/limenhq/limen/gateway/ca"
 	"github.com/limenhq/limen/gateway/enroll"
 	"github.com/limenhq/limen/gateway/identity"
+	"github.com/limenhq/limen/gateway/kpath"
 	"github.com/limenhq/limen/gateway/locks"
 	"github.com/limenhq/limen/gateway/policy"
 	"github.com/limenhq/limen/gateway/recstore"
@@ -156,6 +160,7 @@ func New(ctx context.Context, c Config) (_ *Server, err error) {
 		return nil, err
 	}
 	s.Kube = s.newKube(c)
+	s.Mux.Handle("/", http.HandlerFunc(notRouted))
 	s.handleControl()
 	if err := s.mountAPIs(c); err != nil {
 		return nil, err
@@ -192,19 +197,53 @@ func (s *Server) newKube(c Config) *Kube {
 			}
 			return p, r.TLS.PeerCertificates[0].NotAfter, nil
 		},
-		Policy:    s.Policy,
-		Tunnel:    s.Tunnel,
-		Audit:     s.Denials,
-		AuditRoom: s.Audit.Room,
-		Starts:    s.Audit,
-		GrantKey:  s.CA.GrantSigningKey(),
-		Locks:     s.LockSet,
-		Sessions:  s.Sessions,
-		Clusters:  func(name string) policy.Cluster { return policy.Cluster{Name: name, Labels: c.ClusterLabels[name]} },
-		GrantTTL:  c.GrantTTL,
-		Logger:    s.log.With("component", "kube"),
-		Now:       c.now(),
+		Policy:     s.Policy,
+		Tunnel:     s.Tunnel,
+		Audit:      s.Denials,
+		AuditRoom:  s.Audit.Room,
+		Starts:     s.Audit,
+		GrantKey:   s.CA.GrantSigningKey(),
+		Locks:      s.LockSet,
+		Sessions:   s.Sessions,
+		Clusters:   func(name string) policy.Cluster { return policy.Cluster{Name: name, Labels: c.ClusterLabels[name]} },
+		ProxyNames: clusterServerSuffixes(s.CA.ServingCertificate()),
+		GrantTTL:   c.GrantTTL,
+		Logger:     s.log.With("component", "kube"),
+		Now:        c.now(),
 	}
+}
+
+// clusterServerSuffixes are the proxy names NAME for which the serving
+// certificate holds the wildcard "*.kube.NAME" (kpath.ServerName): the
+// generated certificate has one for each of its names; an operator's
+// certificate routes by server name only for the wildcards it carries.
+// Taking them from the certificate keeps routing and what clients can
+// verify the same list.
+func clusterServerSuffixes(c tls.Certificate) []string {
+	leaf := c.Leaf
+	if leaf == nil && len(c.Certificate) > 0 {
+		leaf, _ = x509.ParseCertificate(c.Certificate[0])
+	}
+	if leaf == nil {
+		return nil
+	}
+	var out []string
+	for _, n := range leaf.DNSNames {
+		if suffix, ok := strings.CutPrefix(strings.ToLower(n), "*."+kpath.ServerNameLabel+"."); ok && suffix != "" {
+			out = append(out, suffix)
+		}
+	}
+	return out
+}
+
+// notRouted answers a request on the proxy's own name that no route serves:
+// most often kubectl get --raw or kubectl proxy with a kubeconfig whose
+// server URL carried the cluster in its path, which they drop. A Status,
+// so kubectl prints why instead of a bare 404.
+func notRouted(w http.ResponseWriter, r *http.Request) {
+	writeStatus(w, http.StatusNotFound, fmt.Sprintf("Limen has no route for %s: Kubernetes requests go to /k8s/CLUSTER/... "+
+		"or to the server name CLUSTER.kube.PROXY; kubectl get --raw and kubectl proxy drop the server URL's path, "+
+		"so run limen kube login CLUSTER for a kubeconfig that names the cluster by server name", audit.RequestPath(r.RequestURI)))
 }
 
 // mountAPIs mounts the identity API under /v1/ and the admin API, whose lock
@@ -265,7 +304,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	defer cancel()
 	wg.Go(func() { _ = s.Policy.Run(ctx) })
 	wg.Go(func() { s.syncLocks(ctx) })
-	p := &port{TLS: s.CA.ServerTLSConfig(), Kube: s.Kube, Handler: s.Mux, Tunnel: s.Tunnel, Limits: s.limits,
+	p := &port{TLS: s.CA.ServerTLSConfig(), Kube: s.Kube, ServerCluster: s.Kube.ServerCluster, Handler: s.Mux, Tunnel: s.Tunnel, Limits: s.limits,
 		WorkerCluster: s.CA.ClusterFromChains, Logger: s.log}
 	return p.Serve(ctx, ln)
 }

@@ -34,6 +34,10 @@ type port struct {
 	// Handler: a ServeMux would clean a non-canonical path (and redirect)
 	// where Limen must refuse it.
 	Kube http.Handler
+	// ServerCluster tells whether a request's TLS server name names a
+	// cluster (Kube.ServerCluster); such a connection is routed to Kube
+	// on every path. Nil: routing by path only.
+	ServerCluster func(r *http.Request) (string, bool)
 	// Handler serves every other HTTP route.
 	Handler http.Handler
 	// Tunnel receives worker connections.
@@ -170,11 +174,12 @@ func (s *port) dispatch(ctx context.Context, conn *tls.Conn, httpConns *connList
 	}
 }
 
-// guard routes /k8s/ on the raw target and limits connections that
+// guard routes /k8s/ on the raw target, and every request of a connection
+// whose server name names a cluster, to Kube, and limits connections that
 // negotiated no ALPN to /k8s/ and /console/.
 func (s *port) guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasPrefix(r.RequestURI, "/k8s/") {
+		if strings.HasPrefix(r.RequestURI, "/k8s/") || s.namesCluster(r) {
 			s.Kube.ServeHTTP(w, withDeadlines(w, r))
 			return
 		}
@@ -185,6 +190,14 @@ func (s *port) guard(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+func (s *port) namesCluster(r *http.Request) bool {
+	if s.ServerCluster == nil {
+		return false
+	}
+	_, ok := s.ServerCluster(r)
+	return ok
 }
 
 type deadlinesKey struct{}

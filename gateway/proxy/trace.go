@@ -114,7 +114,7 @@ func denialCode(reason string) string {
 		return "no group"
 	}
 	switch code {
-	case "non-canonical path", "authentication", "locked", "session refused":
+	case "non-canonical path", "cluster mismatch", "authentication", "locked", "session refused":
 		return code
 	}
 	return "other"
