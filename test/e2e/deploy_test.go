@@ -280,7 +280,9 @@ func TestWorkerPodInCluster(t *testing.T) {
 	if out, errb, err := adminKubectl(t, manifest, "apply", "-n", ns, "-f", "-"); err != nil {
 		t.Fatalf("kubectl apply the worker: %v\n%s%s", err, out, errb)
 	}
-	t.Cleanup(func() { _, _, _ = adminKubectl(t, manifest, "delete", "--ignore-not-found", "--wait=false", "-n", ns, "-f", "-") })
+	t.Cleanup(func() {
+		_, _, _ = adminKubectl(t, manifest, "delete", "--ignore-not-found", "--wait=false", "-n", ns, "-f", "-")
+	})
 
 	pod := waitWorkerPod(t, ctx, ns)
 	if err := e.WaitWorker(ctx, true); err != nil {

@@ -41,8 +41,8 @@ type Kubelet struct {
 	// KUBERNETES_SERVICE_HOST and _PORT: this node has no service proxy, so
 	// the kubernetes Service's address would lead nowhere.
 	APIServer string
-	images map[string][]string // image → host argv of its entrypoint (SetImage)
-	tokens map[string]int      // namespace/name → ServiceAccount tokens issued
+	images    map[string][]string // image → host argv of its entrypoint (SetImage)
+	tokens    map[string]int      // namespace/name → ServiceAccount tokens issued
 	// tokenLifetime: see SetTokenLifetime.
 	tokenLifetime time.Duration
 
