@@ -36,7 +36,10 @@ app.kubernetes.io/component: {{ .component }}
 {{- $cfg := dict "listen" (printf "0.0.0.0:%d" (int $p.port)) "data-dir" "/var/lib/limen" -}}
 {{- with $p.clusters }}{{ $_ := set $cfg "clusters" . }}{{ end -}}
 {{- with $p.clusterLabels }}{{ $_ := set $cfg "cluster-label" . }}{{ end -}}
-{{- with $p.serverNames }}{{ $_ := set $cfg "server-name" . }}{{ end -}}
+{{- /* The Service's names, so that in-cluster workers verify the certificate. */ -}}
+{{- $svc := printf "%s-proxy" (include "limen.fullname" .) -}}
+{{- $names := list $svc (printf "%s.%s" $svc .Release.Namespace) (printf "%s.%s.svc" $svc .Release.Namespace) -}}
+{{- $_ := set $cfg "server-name" (concat $names $p.serverNames | uniq) -}}
 {{- toYaml (mergeOverwrite $cfg (deepCopy $p.config)) -}}
 {{- end -}}
 
