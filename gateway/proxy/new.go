@@ -162,6 +162,7 @@ func New(ctx context.Context, c Config) (_ *Server, err error) {
 	s.Kube = s.newKube(c)
 	s.Mux.Handle("/", http.HandlerFunc(notRouted))
 	s.handleControl()
+	s.handleHealth()
 	if err := s.mountAPIs(c); err != nil {
 		return nil, err
 	}

@@ -296,7 +296,7 @@ func (c *Cluster) startKubelet(ctx context.Context, p *pki, port int, logger *sl
 	kctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	c.cancel = cancel
 	k := &kubelet.Kubelet{
-		Client: client, NodeName: NodeName, Addr: hostPort(port),
+		Client: client, NodeName: NodeName, Addr: hostPort(port), APIServer: c.Server,
 		Cert: cert, ClientCAs: p.caPool(), WorkDir: filepath.Join(c.Dir, "pods"),
 		Logger: logger.With("component", "kubelet"),
 	}

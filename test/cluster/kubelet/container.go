@@ -24,10 +24,11 @@ var defaultCommand = []string{"sleep", "infinity"}
 // pod's restart policy says, its output appended to a log file and copied to
 // every attached client.
 type container struct {
-	pod     *pod
-	spec    corev1.Container
-	env     []string
-	logPath string
+	pod      *pod
+	spec     corev1.Container
+	env      []string
+	startErr error // the environment or volumes could not be made
+	logPath  string
 
 	mu        sync.Mutex
 	cmd       *exec.Cmd
@@ -45,20 +46,26 @@ type container struct {
 
 type attachment struct{ out, err io.Writer }
 
-func newContainer(p *pod, spec corev1.Container, obj *corev1.Pod) *container {
-	env := append(os.Environ(), "HOSTNAME="+obj.Name, "POD_NAME="+obj.Name, "POD_NAMESPACE="+obj.Namespace)
-	for _, e := range spec.Env {
-		env = append(env, e.Name+"="+e.Value)
-	}
+func newContainer(p *pod, spec corev1.Container, env []string, startErr error) *container {
 	return &container{
-		pod: p, spec: spec, env: env,
+		pod: p, spec: spec, env: env, startErr: startErr,
 		logPath:  filepath.Join(p.dir, spec.Name+".log"),
 		exited:   make(chan struct{}),
 		attached: map[*attachment]struct{}{},
 	}
 }
 
-func (c *container) argv() []string {
+// argv is the command line to start: the image's entrypoint and the args
+// for an image this node knows (SetImage) and no command, under its mounts;
+// else the command and args, or the default command.
+func (c *container) argv() ([]string, error) {
+	if entry, ok := c.pod.k.image(c.spec.Image); ok {
+		argv := append(append([]string{}, c.spec.Command...), c.spec.Args...)
+		if len(c.spec.Command) == 0 {
+			argv = append(append([]string{}, entry...), c.spec.Args...)
+		}
+		return c.mountScript(argv)
+	}
 	argv := append(append([]string{}, c.spec.Command...), c.spec.Args...)
 	if len(c.spec.Command) == 0 {
 		argv = append(append([]string{}, defaultCommand...), c.spec.Args...)
@@ -66,7 +73,7 @@ func (c *container) argv() []string {
 			argv = append([]string{}, c.spec.Args...)
 		}
 	}
-	return argv
+	return argv, nil
 }
 
 // supervise runs the container, restarting it as the restart policy says,
@@ -105,7 +112,13 @@ func (c *container) runOnce() (int32, error) {
 		return c.finish(128, "StartError", err)
 	}
 	defer logf.Close()
-	argv := c.argv()
+	if c.startErr != nil {
+		return c.finish(128, "CreateContainerConfigError", c.startErr)
+	}
+	argv, err := c.argv()
+	if err != nil {
+		return c.finish(128, "CreateContainerError", err)
+	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir, cmd.Env = c.pod.dir, c.env
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: !c.spec.TTY}

@@ -37,6 +37,14 @@ type Kubelet struct {
 	ClientCAs *x509.CertPool  // the CA of the API server's kubelet client certificate
 	WorkDir   string          // one subdirectory per pod
 	Logger    *slog.Logger
+	// APIServer is the API server's https://HOST:PORT, which pods see as
+	// KUBERNETES_SERVICE_HOST and _PORT: this node has no service proxy, so
+	// the kubernetes Service's address would lead nowhere.
+	APIServer string
+	images    map[string][]string // image → host argv of its entrypoint (SetImage)
+	tokens    map[string]int      // namespace/name → ServiceAccount tokens issued
+	// tokenLifetime: see SetTokenLifetime.
+	tokenLifetime time.Duration
 
 	mu   sync.Mutex
 	pods map[string]*pod // by namespace/name
@@ -48,8 +56,14 @@ type Kubelet struct {
 // Run registers the node, serves the kubelet API and runs pods until ctx
 // ends. ready is closed once the node is registered and the server listens.
 func (k *Kubelet) Run(ctx context.Context, ready chan<- struct{}) error {
+	k.mu.Lock()
 	k.pods = map[string]*pod{}
 	k.seen = map[string]int{}
+	if k.images == nil {
+		k.images = map[string][]string{}
+	}
+	k.tokens = map[string]int{}
+	k.mu.Unlock()
 	if err := os.MkdirAll(k.WorkDir, 0o755); err != nil {
 		return err
 	}

@@ -151,9 +151,22 @@ func (p *pod) run(ctx context.Context, obj *corev1.Pod) {
 	}
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	// Volumes are filled only for pods that run an image this node knows:
+	// a "local" pod's command runs on the host as it is.
+	var volErr error
+	for _, spec := range obj.Spec.Containers {
+		if _, ok := p.k.image(spec.Image); ok {
+			volErr = p.prepareVolumes(ctx, obj)
+			break
+		}
+	}
 	p.mu.Lock()
 	for _, spec := range obj.Spec.Containers {
-		c := newContainer(p, spec, obj)
+		env, err := p.containerEnv(ctx, spec, obj)
+		if err == nil {
+			err = volErr
+		}
+		c := newContainer(p, spec, env, err)
 		p.containers = append(p.containers, c)
 		wg.Go(func() { c.supervise(ctx) })
 	}

@@ -1,0 +1,57 @@
+{{/* The release's base name, at most 63 characters with any suffix it gets. */}}
+{{- define "limen.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 50 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 50 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "limen.labels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{- define "limen.selector" -}}
+app.kubernetes.io/name: {{ .root.Chart.Name }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "limen.image" -}}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
+{{- end -}}
+
+{{/* A cluster-scoped name: unique per release and namespace. */}}
+{{- define "limen.clusterName" -}}
+{{- printf "%s-%s-%s" .root.Release.Namespace (include "limen.fullname" .root) .suffix | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* The proxy's config file (keys are limen proxy's flag names). */}}
+{{- define "limen.proxyConfig" -}}
+{{- $p := .Values.proxy -}}
+{{- $cfg := dict "listen" (printf "0.0.0.0:%d" (int $p.port)) "data-dir" "/var/lib/limen" -}}
+{{- with $p.clusters }}{{ $_ := set $cfg "clusters" . }}{{ end -}}
+{{- with $p.clusterLabels }}{{ $_ := set $cfg "cluster-label" . }}{{ end -}}
+{{- /* The Service's names, so that in-cluster workers verify the certificate. */ -}}
+{{- $svc := printf "%s-proxy" (include "limen.fullname" .) -}}
+{{- $names := list $svc (printf "%s.%s" $svc .Release.Namespace) (printf "%s.%s.svc" $svc .Release.Namespace) -}}
+{{- $_ := set $cfg "server-name" (concat $names $p.serverNames | uniq) -}}
+{{- toYaml (mergeOverwrite $cfg (deepCopy $p.config)) -}}
+{{- end -}}
+
+{{/* The worker's config file (keys are limen worker's flag names); no
+     --kube-api-server, --kube-ca-file or --kube-token-file: the in-cluster
+     defaults apply. */}}
+{{- define "limen.workerConfig" -}}
+{{- $w := .Values.worker -}}
+{{- $cfg := dict "proxy" $w.proxyAddress "kube-cluster" $w.cluster "data-dir" "/var/lib/limen" "kube-impersonation" $w.rbac.impersonation -}}
+{{- $labels := list -}}
+{{- range $k, $v := $w.clusterLabels }}{{ $labels = append $labels (printf "%s=%s" $k $v) }}{{ end -}}
+{{- with $labels }}{{ $_ := set $cfg "kube-cluster-label" . }}{{ end -}}
+{{- with $w.userPrefix }}{{ $_ := set $cfg "kube-user-prefix" . }}{{ end -}}
+{{- toYaml (mergeOverwrite $cfg (deepCopy $w.config)) -}}
+{{- end -}}
