@@ -9,6 +9,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/spf13/viper"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // TestTelemetryFlagsRefused: a bad log level, sample ratio or collector
@@ -89,4 +92,31 @@ func freeTCPPort(t *testing.T) int {
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// TestLogsCarryTraceIDs: a line logged inside a trace carries its ids, one
+// logged outside does not, and --log-level filters.
+func TestLogsCarryTraceIDs(t *testing.T) {
+	v := viper.New()
+	v.Set("log-level", "warn")
+	var out strings.Builder
+	log, err := newLogger(&out, v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1, 2, 3}, SpanID: trace.SpanID{4, 5}, TraceFlags: trace.FlagsSampled})
+	ctx := trace.ContextWithSpanContext(context.Background(), sc)
+	log.WarnContext(ctx, "inside", "session", "s1")
+	log.Warn("outside")
+	log.InfoContext(ctx, "below the level")
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("logged %d lines, want 2 (info is below warn):\n%s", len(lines), out.String())
+	}
+	if !strings.Contains(lines[0], "trace_id="+sc.TraceID().String()) || !strings.Contains(lines[0], "span_id="+sc.SpanID().String()) {
+		t.Errorf("the line inside a trace lacks its ids: %s", lines[0])
+	}
+	if strings.Contains(lines[1], "trace_id") {
+		t.Errorf("the line outside a trace has a trace id: %s", lines[1])
+	}
 }

@@ -166,7 +166,7 @@ func (k *Kube) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if k.AuditRoom != nil {
 		if err := k.AuditRoom(r.Context()); err != nil {
-			k.Logger.Error("request refused: the audit trail has no room", "err", err)
+			k.Logger.ErrorContext(r.Context(), "request refused: the audit trail has no room", "err", err)
 			writeStatus(w, http.StatusServiceUnavailable, auditDownMessage(err, "the request was refused"))
 			return
 		}
@@ -176,7 +176,7 @@ func (k *Kube) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	step.SetAttributes(attribute.Bool("limen.policy.cached", dec.Cached), attribute.String("limen.policy.revision", dec.Revision))
 	step.End()
 	if err != nil {
-		k.Logger.Error("policy decision", "cluster", cluster, "user", p.String(), "err", err)
+		k.Logger.ErrorContext(r.Context(), "policy decision", "cluster", cluster, "user", p.String(), "err", err)
 		writeStatus(w, http.StatusServiceUnavailable, "Limen's policy is unavailable; try again or ask your operator")
 		return
 	}
@@ -193,7 +193,7 @@ func (k *Kube) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	token, g, req, err := k.sign(r, p, dec, cluster, now, certExpiry)
 	step.End()
 	if err != nil {
-		k.Logger.Error("sign grant", "err", err)
+		k.Logger.ErrorContext(r.Context(), "sign grant", "err", err)
 		writeStatus(w, http.StatusInternalServerError, "Limen could not sign a grant")
 		return
 	}
@@ -304,7 +304,7 @@ func (k *Kube) denied(r *http.Request, p identity.Principal, cluster, reason str
 		Denied: &audit.Denied{Hop: audit.HopProxy, Action: audit.ActionKube, Reason: reason, Path: audit.RequestPath(r.RequestURI)},
 	}
 	if err := k.Audit.Emit(r.Context(), ev); err != nil {
-		k.Logger.Error("audit auth.denied", "err", err, "reason", reason)
+		k.Logger.ErrorContext(r.Context(), "audit auth.denied", "err", err, "reason", reason)
 	}
 	k.Metrics.Denied(r.Context(), telemetry.HopProxy, denialCode(reason))
 }

@@ -96,7 +96,7 @@ func (k *Kube) newRelay() {
 				return
 			}
 			if errors.Is(err, errAuditUnavailable) {
-				k.Logger.Error("audit unavailable: response dropped", "err", err)
+				k.Logger.ErrorContext(r.Context(), "audit unavailable: response dropped", "err", err)
 				writeStatus(w, http.StatusServiceUnavailable, auditDownMessage(err, "the response was dropped"))
 				return
 			}
@@ -105,12 +105,12 @@ func (k *Kube) newRelay() {
 			}
 			if errors.Is(err, errWorkerRefused) {
 				st := r.Context().Value(relayKey{}).(*relayState)
-				k.Logger.Warn("worker answer refused", "cluster", st.grant.Cluster, "session", st.request.SessionID,
+				k.Logger.WarnContext(r.Context(), "worker answer refused", "cluster", st.grant.Cluster, "session", st.request.SessionID,
 					"path", st.path.String(), "err", err)
 				writeStatus(w, http.StatusBadGateway, "Limen refused the worker's answer, so the response was dropped; ask your operator to check the worker of cluster "+st.grant.Cluster)
 				return
 			}
-			k.Logger.Warn("relay to worker", "err", err)
+			k.Logger.WarnContext(r.Context(), "relay to worker", "err", err)
 			writeStatus(w, http.StatusBadGateway, "the request to the Limen worker failed: "+err.Error())
 		},
 	}

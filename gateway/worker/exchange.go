@@ -75,7 +75,7 @@ func (x *exchange) refuse(rf *refusal) {
 		ev.Denied = &audit.Denied{Hop: audit.HopWorker, Action: audit.ActionKube, Reason: rf.reason, Path: audit.RequestPath(x.req.RequestURI)}
 	}
 	if err := audit.WriteEvent(x.stream, ev); err != nil {
-		x.h.Logger.Warn("write audit event", "err", err)
+		x.h.Logger.WarnContext(x.req.Context(), "write audit event", "session", x.adm.req.SessionID, "err", err)
 		return
 	}
 	_ = writeStatusResponse(x.stream, rf.code, rf.msg)
@@ -130,7 +130,7 @@ func (x *exchange) impersonate(ctx context.Context) (*http.Request, *refusal) {
 	h, g := x.h, x.adm.grant
 	token, err := h.Token()
 	if err != nil {
-		h.Logger.Error("service account token unavailable", "err", err)
+		h.Logger.ErrorContext(ctx, "service account token unavailable", "err", err)
 		return nil, &refusal{code: http.StatusServiceUnavailable, msg: "the Limen worker cannot read its ServiceAccount token; ask your operator"}
 	}
 	out := x.outbound(ctx)
@@ -195,7 +195,7 @@ func (x *exchange) roundTrip(ctx context.Context, out *http.Request, s *session)
 		if ctx.Err() != nil {
 			return nil // the proxy closed the stream
 		}
-		h.Logger.Warn("forward to API server", "err", err)
+		h.Logger.WarnContext(ctx, "forward to API server", "session", x.adm.req.SessionID, "err", err)
 		x.refuse(&refusal{code: http.StatusBadGateway, msg: "the Limen worker could not reach the API server"})
 		return nil
 	}
