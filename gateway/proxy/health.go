@@ -10,7 +10,14 @@ import "net/http"
 const PathHealth = "/healthz"
 
 func (s *Server) handleHealth() {
-	s.Mux.HandleFunc("GET "+PathHealth, func(w http.ResponseWriter, _ *http.Request) {
+	// The path alone, the method checked here: the catch-all "/" route
+	// (notRouted) would otherwise answer another method 404.
+	s.Mux.HandleFunc(PathHealth, func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.Header().Set("Cache-Control", "no-store")
 		_, _ = w.Write([]byte("ok\n"))
