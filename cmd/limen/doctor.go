@@ -69,15 +69,7 @@ func newDoctorProxyCmd() *cobra.Command {
 Pass the proxy's limits, or its --config.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			v, err := loadConfig(cmd)
-			if err != nil {
-				return err
-			}
-			dir, err := statusDataDir(v, "proxy")
-			if err != nil {
-				return err
-			}
-			limits, err := loadProxyStorage(v)
+			v, dir, limits, err := proxyHostConfig(cmd)
 			if err != nil {
 				return err
 			}

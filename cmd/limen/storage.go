@@ -57,6 +57,21 @@ func addProxyStorageFlags(f *pflag.FlagSet) {
 		"and recordings wait in the workers' spools")
 }
 
+// proxyHostConfig reads what a command run beside the proxy needs: its
+// configuration, its data directory and its stores' limits.
+func proxyHostConfig(cmd *cobra.Command) (*viper.Viper, string, proxyStorage, error) {
+	v, err := loadConfig(cmd)
+	if err != nil {
+		return nil, "", proxyStorage{}, err
+	}
+	dir, err := statusDataDir(v, "proxy")
+	if err != nil {
+		return nil, "", proxyStorage{}, err
+	}
+	limits, err := loadProxyStorage(v)
+	return v, dir, limits, err
+}
+
 func loadProxyStorage(v *viper.Viper) (proxyStorage, error) {
 	var c proxyStorage
 	var err error
@@ -93,15 +108,7 @@ the proxy. A store at its limit is marked FULL, with what the proxy refuses
 and what to do.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			v, err := loadConfig(cmd)
-			if err != nil {
-				return err
-			}
-			dir, err := statusDataDir(v, "proxy")
-			if err != nil {
-				return err
-			}
-			limits, err := loadProxyStorage(v)
+			_, dir, limits, err := proxyHostConfig(cmd)
 			if err != nil {
 				return err
 			}
