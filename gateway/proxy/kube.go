@@ -199,6 +199,9 @@ func (k *Kube) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	span.SetAttributes(attribute.String("limen.session", req.SessionID))
 	ctx, live, info, err := k.track(r, path, sessions.Session{ID: req.SessionID, Principal: p, Cluster: cluster, Expires: g.ExpiresAt})
+	if o, ok := w.(*observer); ok && info != nil {
+		o.verb = info.Verb // classified once, here
+	}
 	if err != nil {
 		deny(http.StatusForbidden, p, "session refused: "+err.Error(), err.Error())
 		return

@@ -61,7 +61,10 @@ type observer struct {
 	start   time.Time
 	cluster string
 	path    kpath.Path
-	done    bool
+	// verb is the request's, once track has classified it; a request
+	// refused before is classified when observed.
+	verb string
+	done bool
 }
 
 func (o *observer) WriteHeader(code int) {
@@ -92,9 +95,12 @@ func (o *observer) observe(code int) {
 		return
 	}
 	o.done = true
-	verb := "unknown"
-	if info, err := reqinfo.Classify(o.r, o.path); err == nil {
-		verb = info.Verb
+	verb := o.verb
+	if verb == "" {
+		verb = "unknown"
+		if info, err := reqinfo.Classify(o.r, o.path); err == nil {
+			verb = info.Verb
+		}
 	}
 	span := trace.SpanFromContext(o.r.Context())
 	span.SetAttributes(attribute.String("limen.cluster", o.cluster), attribute.String("k8s.verb", verb),
