@@ -34,6 +34,8 @@ type proxyConfig struct {
 	GrantTTL time.Duration
 	// Limits bound the TLS port.
 	Limits proxy.Limits
+	// ShutdownTimeout bounds the drain on SIGTERM.
+	ShutdownTimeout time.Duration
 	// Storage is the size limits of the audit database and recording store.
 	Storage proxyStorage
 }
@@ -88,6 +90,7 @@ cannot fill the audit store.`,
 	f.Int("max-conns-per-ip", lim.MaxConnsPerIP, "most open connections from one client address, worker tunnels included; more are closed at once (and logged, at most every 10s)")
 	f.Duration("denied-audit-interval", lim.DeniedInterval, "refusals of clients without a valid certificate are stored as one auth.denied per address and kind per interval, with a count")
 	addProxyStorageFlags(f)
+	addShutdownFlags(f, proxy.DefaultShutdownTimeout, false)
 	addPolicyFlags(f)
 	addDebugFlags(f)
 	addTelemetryFlags(f)
@@ -117,6 +120,9 @@ func loadProxyConfig(cmd *cobra.Command) (proxyConfig, error) {
 		return c, err
 	}
 	if c.Storage, err = loadProxyStorage(v); err != nil {
+		return c, err
+	}
+	if c.ShutdownTimeout, err = shutdownTimeout(v); err != nil {
 		return c, err
 	}
 	return c, c.validate()
@@ -207,7 +213,7 @@ func (c proxyConfig) gateway(popts policy.Options, log *slog.Logger) proxy.Confi
 		CA: ca.Options{CACertFile: c.CACert, CAKeyFile: c.CAKey, TLSCertFile: c.TLSCert, TLSKeyFile: c.TLSKey,
 			ServerNames: c.ServerNames, UserCertTTL: c.UserCertTTL, WorkerCertTTL: c.WorkerCertTTL},
 		Clusters: c.Clusters, ClusterLabels: c.ClusterLabels, GrantTTL: c.GrantTTL,
-		Limits: c.Limits, AuditMaxBytes: c.Storage.AuditMaxBytes, RecordingStoreMaxBytes: c.Storage.RecordingStoreMaxBytes,
+		Limits: c.Limits, ShutdownTimeout: c.ShutdownTimeout, AuditMaxBytes: c.Storage.AuditMaxBytes, RecordingStoreMaxBytes: c.Storage.RecordingStoreMaxBytes,
 		Policy: popts, Logger: log,
 	}
 }

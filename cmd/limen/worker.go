@@ -28,6 +28,8 @@ type workerConfig struct {
 	RecordingMaxBytes int64
 	// RecordingSpoolMaxBytes limits the spool of recordings waiting for upload.
 	RecordingSpoolMaxBytes int64
+	// ShutdownTimeout and Handover bound the drain on SIGTERM.
+	ShutdownTimeout, Handover time.Duration
 }
 
 func newWorkerCmd() *cobra.Command {
@@ -70,6 +72,7 @@ the extra "` + impersonate.SessionExtraConstrained + `" instead of "` + imperson
 	f.Bool("enroll-only", false, "enroll (if needed) and exit without serving")
 	f.String("recording-max-bytes", "1Gi", "cap on one exec or attach recording, in bytes (1073741824, 64Mi, 1Gi…); a session that reaches it is ended")
 	addWorkerSpoolFlag(f)
+	addShutdownFlags(f, worker.DefaultShutdownTimeout, true)
 	addWorkerKubeFlags(f)
 	addPolicyFlags(f)
 	addDebugFlags(f)
@@ -96,7 +99,13 @@ func loadWorkerConfig(cmd *cobra.Command) (workerConfig, error) {
 	if c.RecordingMaxBytes, err = parseRecordingMaxBytes(v.GetString("recording-max-bytes")); err != nil {
 		return c, err
 	}
-	c.RecordingSpoolMaxBytes, err = loadWorkerSpool(v, c.RecordingMaxBytes)
+	if c.RecordingSpoolMaxBytes, err = loadWorkerSpool(v, c.RecordingMaxBytes); err != nil {
+		return c, err
+	}
+	if c.ShutdownTimeout, err = shutdownTimeout(v); err != nil {
+		return c, err
+	}
+	c.Handover, err = shutdownHandover(v, c.ShutdownTimeout)
 	return c, err
 }
 
@@ -176,7 +185,8 @@ func runWorker(cmd *cobra.Command, _ []string) error {
 	s, err := worker.New(cmd.Context(), worker.Config{
 		Identity: w, DataDir: c.DataDir,
 		APIServer: kc.APIServer, CAFile: kc.CAFile, TokenFile: kc.TokenFile, Labels: kc.Labels, Impersonation: im,
-		Policy: popts, RecordingMaxBytes: c.RecordingMaxBytes, RecordingSpoolMaxBytes: c.RecordingSpoolMaxBytes, Logger: log,
+		Policy: popts, RecordingMaxBytes: c.RecordingMaxBytes, RecordingSpoolMaxBytes: c.RecordingSpoolMaxBytes,
+		ShutdownTimeout: c.ShutdownTimeout, Handover: c.Handover, Logger: log,
 	})
 	if err != nil {
 		return err

@@ -56,6 +56,9 @@ type Config struct {
 	Policy policy.Options
 	// Limits bound the TLS port; zero fields take DefaultLimits'.
 	Limits Limits
+	// ShutdownTimeout bounds the drain once Serve's context ends (SIGTERM);
+	// 0 is DefaultShutdownTimeout.
+	ShutdownTimeout time.Duration
 	// Now is the clock of the caller checks (certificate expiry, locks,
 	// grants); nil means time.Now. For tests.
 	Now    func() time.Time
@@ -100,6 +103,7 @@ type Server struct {
 	control    *workerRouter
 	admin      *adminapi.Handler
 	limits     Limits
+	shutdown   time.Duration
 	metrics    *telemetry.Metrics
 	log        *slog.Logger
 }
@@ -144,7 +148,7 @@ func New(ctx context.Context, c Config) (_ *Server, err error) {
 		OnCommit: func(d time.Duration) { c.Metrics.AuditCommit(context.Background(), d) }}); err != nil {
 		return nil, fmt.Errorf("audit store: %w", err)
 	}
-	s.limits = c.Limits.orDefault()
+	s.limits, s.shutdown = c.Limits.orDefault(), c.ShutdownTimeout
 	s.Denials = audit.NewAggregator(s.Audit, audit.AggregatorOptions{Interval: s.limits.DeniedInterval,
 		Logger: log.With("component", "audit")})
 	if s.Users, err = users.Open(users.Path(c.DataDir), users.Options{}); err != nil {
@@ -306,7 +310,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	wg.Go(func() { _ = s.Policy.Run(ctx) })
 	wg.Go(func() { s.syncLocks(ctx) })
 	p := &port{TLS: s.CA.ServerTLSConfig(), Kube: s.Kube, ServerCluster: s.Kube.ServerCluster, Handler: s.Mux, Tunnel: s.Tunnel, Limits: s.limits,
-		WorkerCluster: s.CA.ClusterFromChains, Logger: s.log}
+		WorkerCluster: s.CA.ClusterFromChains, ShutdownTimeout: s.shutdown, EndSessions: s.Sessions.Close, Logger: s.log}
 	return p.Serve(ctx, ln)
 }
 

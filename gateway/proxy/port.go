@@ -47,8 +47,17 @@ type port struct {
 	WorkerCluster func(chains [][]*x509.Certificate) (string, error)
 	// Limits are the port's limits; zero fields take DefaultLimits'.
 	Limits Limits
-	Logger *slog.Logger
+	// ShutdownTimeout bounds the drain once Serve's context ends (drain);
+	// 0 is DefaultShutdownTimeout. EndSessions, if set, ends the proxy's
+	// live streams when the drain starts.
+	ShutdownTimeout time.Duration
+	EndSessions     func()
+	Logger          *slog.Logger
 }
+
+// DefaultShutdownTimeout bounds the proxy's drain. The Helm chart gives the
+// pod 5 s more than this before the kubelet kills it.
+const DefaultShutdownTimeout = 25 * time.Second
 
 // Limits bound the proxy's TLS port. Each is a key of `limen proxy`.
 type Limits struct {
@@ -119,23 +128,23 @@ func (s *port) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	perIP := newIPLimiter(lim.MaxConnsPerIP)
 	refused := &sampledLog{log: s.Logger, every: 10 * time.Second}
+	// Worker tunnels outlive ctx by the drain: the workers' session.end
+	// events and recordings still come in on them.
+	tunnels, closeTunnels := context.WithCancel(context.WithoutCancel(ctx))
+	defer closeTunnels()
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Go(func() { _ = srv.Serve(httpConns) })
-	stop := context.AfterFunc(ctx, func() {
-		ln.Close()
-		shut, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(shut)
-	})
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()
 	for {
 		raw, err := ln.Accept()
 		if err != nil {
-			httpConns.Close()
 			if ctx.Err() != nil {
+				s.drain(srv)
 				return nil
 			}
+			httpConns.Close()
 			return err
 		}
 		conn, ok := perIP.admit(raw)
@@ -145,7 +154,64 @@ func (s *port) Serve(ctx context.Context, ln net.Listener) error {
 			raw.Close()
 			continue
 		}
-		wg.Go(func() { s.dispatch(ctx, tls.Server(conn, cfg), httpConns, lim.HandshakeTimeout) })
+		wg.Go(func() { s.dispatch(tunnels, tls.Server(conn, cfg), httpConns, lim.HandshakeTimeout) })
+	}
+}
+
+// drain stops the port gracefully once Serve's context ended (SIGTERM),
+// within ShutdownTimeout. The listener is closed already, so neither
+// clients nor workers connect anew. Then:
+//
+//  1. the proxy's streams end with reason shutdown (EndSessions): each
+//     kubectl sees its stream end, and each worker its tunnel stream;
+//  2. requests under way finish (http.Server.Shutdown);
+//  3. the workers' tunnels stay up until no stream is open on any: each
+//     worker has had the session.end of every ended stream stored, and
+//     has finished the recording uploads it had started.
+//
+// Serve then closes the tunnels; the workers reconnect to the next proxy,
+// and recordings committed later go to it (the workers keep them).
+func (s *port) drain(srv *http.Server) {
+	start := time.Now()
+	timeout := cmp.Or(s.ShutdownTimeout, DefaultShutdownTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	s.Logger.Info("proxy stopping: ending sessions, finishing requests, collecting the workers' audit events", "shutdown_timeout", timeout)
+	if s.EndSessions != nil {
+		s.EndSessions()
+	}
+	shutErr := srv.Shutdown(ctx)
+	if shutErr != nil {
+		_ = srv.Close()
+	}
+	open := s.waitTunnelsIdle(ctx)
+	log := s.Logger.With("took", time.Since(start).Round(time.Millisecond), "tunnel_streams_open", open)
+	if shutErr != nil || open > 0 {
+		log.Warn("proxy drain cut short by shutdown-timeout: requests or worker streams were still open; "+
+			"workers deliver session events and recordings to the next proxy", "requests_err", shutErr)
+		return
+	}
+	log.Info("proxy drained")
+}
+
+// waitTunnelsIdle waits until no worker has a data stream open, or ctx
+// ends, and returns how many are open.
+func (s *port) waitTunnelsIdle(ctx context.Context) int {
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		open := 0
+		for _, w := range s.Tunnel.Workers() {
+			open += w.Streams
+		}
+		if open == 0 {
+			return 0
+		}
+		select {
+		case <-ctx.Done():
+			return open
+		case <-t.C:
+		}
 	}
 }
 

@@ -46,21 +46,24 @@ func (s *Server) remove(w *Worker) {
 }
 
 // pick chooses the usable worker of cluster with the fewest open streams,
-// starting the scan at a rotating offset so ties spread round-robin.
+// starting the scan at a rotating offset so ties spread round-robin. A
+// draining worker is chosen only when no other is usable: it serves until
+// its replacement connects.
 func (s *Server) pick(cluster string, skip []*Worker) *Worker {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ws := s.byCluster[cluster]
 	s.rr++
 	var best *Worker
-	bestN := 0
+	bestN, bestDraining := 0, false
 	for i := range ws {
 		w := ws[(int(s.rr%uint64(len(ws)))+i)%len(ws)]
 		if !w.usable() || slices.Contains(skip, w) {
 			continue
 		}
-		if n := w.sess.NumStreams(); best == nil || n < bestN {
-			best, bestN = w, n
+		n, draining := w.sess.NumStreams(), w.draining.Load()
+		if best == nil || (bestDraining && !draining) || (draining == bestDraining && n < bestN) {
+			best, bestN, bestDraining = w, n, draining
 		}
 	}
 	return best

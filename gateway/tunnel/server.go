@@ -61,6 +61,8 @@ type WorkerInfo struct {
 	ConnectedAt time.Time
 	// Ready is false until OnConnect has returned.
 	Ready bool
+	// Draining is set once the worker said it is stopping (TypeDrain).
+	Draining bool
 	// Streams is the number of streams open now besides the control
 	// stream: request streams and the worker's own (uploads).
 	Streams int
@@ -73,18 +75,21 @@ type WorkerInfo struct {
 
 // Worker is one connected worker session, handed to the hooks.
 type Worker struct {
-	info    WorkerInfo // immutable after registration
-	sess    *yamux.Session
-	ctrl    *control
-	ready   atomic.Bool
-	open    atomic.Uint64
-	traffic counters
+	info  WorkerInfo // immutable after registration
+	sess  *yamux.Session
+	ctrl  *control
+	ready atomic.Bool
+	// draining: the worker is stopping; it gets new streams only while
+	// no other worker of its cluster is usable.
+	draining atomic.Bool
+	open     atomic.Uint64
+	traffic  counters
 }
 
 // Info returns a snapshot of the worker's description and counters.
 func (w *Worker) Info() WorkerInfo {
 	i := w.info
-	i.Ready = w.ready.Load()
+	i.Ready, i.Draining = w.ready.Load(), w.draining.Load()
 	i.Streams = max(w.sess.NumStreams()-1, 0) // minus the control stream
 	i.Opened = w.open.Load()
 	i.BytesIn, i.BytesOut = w.traffic.in.Load(), w.traffic.out.Load()
@@ -145,6 +150,10 @@ func (s *Server) ServeConn(ctx context.Context, conn *tls.Conn, cluster string) 
 	ctrlErr := make(chan error, 1)
 	wg.Go(func() {
 		ctrlErr <- w.ctrl.run(ctx, func(ctx context.Context, m Message) {
+			if m.Type == TypeDrain {
+				s.drain(ctx, w, m)
+				return
+			}
 			if s.OnMessage != nil {
 				s.OnMessage(ctx, w, m)
 			}

@@ -108,6 +108,10 @@ func (x *exchange) track(ctx context.Context) (_ context.Context, untrack func()
 		ID: x.adm.req.SessionID, Principal: g.Principal, Cluster: h.Cluster.Name,
 		Kind: x.st.Kind, Target: x.st.Target, Expires: g.ExpiresAt,
 	})
+	if errors.Is(err, sessions.ErrClosed) {
+		return ctx, nil, &refusal{code: http.StatusServiceUnavailable,
+			msg: "this Limen worker is shutting down and starts no new stream; run the command again: another worker of the cluster takes it"}
+	}
 	if err != nil {
 		return ctx, nil, &refusal{http.StatusForbidden, err.Error(), "session refused: " + err.Error()}
 	}

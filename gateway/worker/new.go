@@ -50,7 +50,12 @@ type Config struct {
 	// upload (0: recording.DefaultSpoolMaxBytes); when it is full, new exec
 	// and attach sessions are refused.
 	RecordingSpoolMaxBytes int64
-	Logger                 *slog.Logger
+	// ShutdownTimeout bounds the drain once Run's context ends (see
+	// Server.drain); 0 is DefaultShutdownTimeout. Handover is how long the
+	// drain waits for another worker to take new streams; 0 is
+	// DefaultHandover, negative waits not at all.
+	ShutdownTimeout, Handover time.Duration
+	Logger                    *slog.Logger
 }
 
 // Server is the assembled worker: the request handler, its own copy of the
@@ -65,9 +70,11 @@ type Server struct {
 	Policy   *policy.Engine
 	Sessions *sessions.Registry
 
-	uploader     *Uploader
-	policySource string
-	log          *slog.Logger
+	uploader        *Uploader
+	policySource    string
+	shutdownTimeout time.Duration
+	handover        time.Duration
+	log             *slog.Logger
 }
 
 // spoolDirName is the recording spool inside the worker's data directory;
@@ -126,7 +133,8 @@ func New(ctx context.Context, c Config) (_ *Server, err error) {
 		return nil, fmt.Errorf("policy: %w", err)
 	}
 	set := locks.NewSet()
-	s := &Server{Policy: pol, policySource: popts.Source(), log: log,
+	s := &Server{Policy: pol, policySource: popts.Source(), log: log, shutdownTimeout: cmp.Or(c.ShutdownTimeout, DefaultShutdownTimeout),
+		handover: max(cmp.Or(c.Handover, DefaultHandover), 0),
 		Sessions: sessions.New(sessions.Config{Locks: set, Logger: log.With("component", "sessions")})}
 	router := newProxyRouter(log)
 	s.Tunnel = &tunnel.Client{
@@ -154,18 +162,30 @@ func New(ctx context.Context, c Config) (_ *Server, err error) {
 }
 
 // Run connects to the proxy and serves until ctx ends, polling the policy
-// and uploading recordings meanwhile.
+// and uploading recordings meanwhile. Then it drains (Server.drain) within
+// the shutdown timeout before it closes the tunnel.
 func (s *Server) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	// The tunnel and the uploader outlive ctx by the drain.
+	live, stop := context.WithCancel(context.WithoutCancel(ctx))
+	defer stop()
 	wg.Go(func() { _ = s.Policy.Run(ctx) })
-	wg.Go(func() { _ = s.uploader.Run(ctx) })
+	wg.Go(func() { _ = s.uploader.Run(live) })
 	im := s.Handler.Impersonation
 	s.log.Info("worker started", "cluster", s.Handler.Cluster.Name, "api_server", s.Handler.Upstream.String(),
 		"policy", s.policySource, "kube_user_prefix", im.UserPrefix, "impersonation", cmp.Or(im.Mode, impersonate.ModeLegacy))
-	return s.Tunnel.Run(ctx)
+	tunnelDone := make(chan error, 1)
+	go func() { tunnelDone <- s.Tunnel.Run(live) }()
+	select {
+	case err := <-tunnelDone:
+		return err // misconfigured: it never ran
+	case <-ctx.Done():
+	}
+	s.drain(s.shutdownTimeout, s.handover)
+	stop()
+	<-tunnelDone
+	return ctx.Err()
 }
 
 // Close ends the worker's sessions and releases the policy; call it after

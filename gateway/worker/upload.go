@@ -80,7 +80,7 @@ func (u *Uploader) Run(ctx context.Context) error {
 		case errors.Is(err, errOffline):
 			// Nothing can go until the tunnel is back: wait, kicked or not.
 			wait, offline = jitter(offline), min(2*offline, u.MaxBackoff)
-			if !u.sleep(ctx, wait) {
+			if !sleepCtx(ctx, wait) {
 				return ctx.Err()
 			}
 			continue
@@ -103,18 +103,6 @@ func (u *Uploader) Run(ctx context.Context) error {
 		case <-t.C:
 		}
 		t.Stop()
-	}
-}
-
-// sleep waits d or until ctx ends, and reports whether ctx is still live.
-func (u *Uploader) sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }
 

@@ -25,6 +25,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -94,6 +95,9 @@ type Handler struct {
 	Tracer  trace.Tracer
 	Metrics *telemetry.Metrics
 
+	// active counts the request streams being served (Server.drain).
+	active atomic.Int64
+
 	// verifier checks each distinct grant's signature once.
 	verifierOnce sync.Once
 	verifier     *grant.Verifier
@@ -139,6 +143,8 @@ func (r *refusal) Error() string { return r.msg }
 // nothing reaches the API server before every step ahead of the round trip
 // has passed.
 func (h *Handler) ServeStream(ctx context.Context, stream net.Conn) {
+	h.active.Add(1)
+	defer h.active.Add(-1)
 	defer stream.Close()
 	x, token, preq, err := h.readRequest(stream)
 	if err != nil {

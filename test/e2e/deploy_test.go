@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -242,41 +243,11 @@ func TestWorkerPodInCluster(t *testing.T) {
 	e := extraGateway(t, "a worker that runs as a pod", gatewaytest.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	e.StopWorker() // the host process: the pod replaces it
-	if err := e.WaitWorker(ctx, false); err != nil {
-		t.Fatal(err)
-	}
-
-	// The image, as make image writes it, unpacked as a runtime would.
-	const repo, tag = "ghcr.io/limenhq/limen", "e2e"
-	dir := t.TempDir()
-	start := time.Now()
-	if err := oci.Build(repoDir(t), filepath.Join(dir, "oci"), repo+":"+tag, "e2e"); err != nil {
-		t.Fatal(err)
-	}
-	img, err := oci.Unpack(filepath.Join(dir, "oci"), filepath.Join(dir, "rootfs"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("image built and unpacked in %s; layer %d bytes", time.Since(start).Round(time.Second), img.Manifest.Layers[0].Size)
-	entry := []string{filepath.Join(img.Root, img.Config.Config.Entrypoint[0])}
-	c.Kubelet.SetImage(repo+":"+tag, entry)
 	const lifetime = 20 * time.Second
 	c.Kubelet.SetTokenLifetime(lifetime)
 	t.Cleanup(func() { c.Kubelet.SetTokenLifetime(0) })
-
-	token, err := e.Limen(ctx, "admin", "", "tokens", "create", "--cluster", gatewaytest.ClusterName, "--ttl", "10m")
-	if err != nil {
-		t.Fatal(err)
-	}
 	ns := restrictedNamespace(t)
-	manifest, _ := helmTemplate(t, ns, false, "--set", "proxy.enabled=false",
-		"--set", "image.repository="+repo, "--set", "image.tag="+tag,
-		"--set", "worker.cluster="+gatewaytest.ClusterName, "--set", "worker.proxyAddress="+e.ProxyAddr,
-		"--set", "worker.joinToken.value="+strings.TrimSpace(token), "--set", "worker.clusterLabels.env=dev",
-		"--set", "worker.rbac.impersonation="+string(e.RBAC()), "--set", "worker.persistence.enabled=false",
-		"--set", "worker.networkPolicy.apiServer.cidrs={127.0.0.1/32}",
-		"--set", "worker.networkPolicy.proxy.to[0].ipBlock.cidr=127.0.0.1/32")
+	manifest := chartWorker(t, ctx, e, ns)
 	for _, o := range decodeAll(t, manifest) {
 		for _, flag := range []string{"kube-api-server", "kube-ca-file", "kube-token-file"} {
 			if o["kind"] == "ConfigMap" && strings.Contains(fmt.Sprint(o["data"]), flag) {
@@ -287,13 +258,7 @@ func TestWorkerPodInCluster(t *testing.T) {
 			}
 		}
 	}
-	if out, errb, err := adminKubectl(t, manifest, "apply", "-n", ns, "-f", "-"); err != nil {
-		t.Fatalf("kubectl apply the worker: %v\n%s%s", err, out, errb)
-	}
-	t.Cleanup(func() {
-		_, _, _ = adminKubectl(t, manifest, "delete", "--ignore-not-found", "--wait=false", "-n", ns, "-f", "-")
-	})
-
+	applyChart(t, ns, manifest)
 	pod := waitWorkerPod(t, ctx, ns)
 	if err := e.WaitWorker(ctx, true); err != nil {
 		t.Fatalf("%v (pod %s/%s: %s)", err, ns, pod, podLog(c, ns, pod))
@@ -355,6 +320,80 @@ func TestWorkerPodInCluster(t *testing.T) {
 	}
 	t.Logf("token lifetime seen by the kubelet %s (tokens requested for %ds, the API server's minimum); %d tokens issued, %d rotations",
 		lifetime, 600, c.Kubelet.TokensIssued(ns, pod), c.Kubelet.TokensIssued(ns, pod)-1)
+}
+
+// workerImage is the image make image writes, built once per test binary
+// and unpacked as a runtime would; the kubelet of the test cluster runs it
+// as ghcr.io/limenhq/limen:e2e.
+var workerImage = struct {
+	once sync.Once
+	ref  string
+	err  error
+}{}
+
+// chartWorker makes the fake kubelet run the image, stops e's host worker
+// (a pod replaces it), and renders the chart's worker for e into ns with a
+// fresh join token, persistence off, and values on top. Apply it with
+// applyChart.
+func chartWorker(t *testing.T, ctx context.Context, e *gatewaytest.Env, ns string, values ...string) string {
+	t.Helper()
+	c := clustertest.Cluster(t)
+	const repo, tag = "ghcr.io/limenhq/limen", "e2e"
+	workerImage.once.Do(func() {
+		dir, err := os.MkdirTemp("", "limen-e2e-image-")
+		if err != nil {
+			workerImage.err = err
+			return
+		}
+		start := time.Now()
+		if workerImage.err = oci.Build(repoDir(t), filepath.Join(dir, "oci"), repo+":"+tag, "e2e"); workerImage.err != nil {
+			return
+		}
+		img, err := oci.Unpack(filepath.Join(dir, "oci"), filepath.Join(dir, "rootfs"))
+		if err != nil {
+			workerImage.err = err
+			return
+		}
+		t.Logf("image built and unpacked in %s; layer %d bytes", time.Since(start).Round(time.Second), img.Manifest.Layers[0].Size)
+		c.Kubelet.SetImage(repo+":"+tag, []string{filepath.Join(img.Root, img.Config.Config.Entrypoint[0])})
+		workerImage.ref = repo + ":" + tag
+	})
+	if workerImage.err != nil {
+		t.Fatalf("build the image: %v", workerImage.err)
+	}
+	e.StopWorker() // the host process: the pod replaces it
+	if err := e.WaitWorker(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	manifest, _ := helmTemplate(t, ns, false, append([]string{"--set", "proxy.enabled=false",
+		"--set", "image.repository=" + repo, "--set", "image.tag=" + tag,
+		"--set", "worker.cluster=" + gatewaytest.ClusterName, "--set", "worker.proxyAddress=" + e.ProxyAddr,
+		"--set", "worker.joinToken.value=" + joinToken(t, ctx, e), "--set", "worker.clusterLabels.env=dev",
+		"--set", "worker.rbac.impersonation=" + string(e.RBAC()), "--set", "worker.persistence.enabled=false",
+		"--set", "worker.networkPolicy.apiServer.cidrs={127.0.0.1/32}",
+		"--set", "worker.networkPolicy.proxy.to[0].ipBlock.cidr=127.0.0.1/32"}, values...)...)
+	return manifest
+}
+
+// joinToken is a new single-use join token for e's cluster.
+func joinToken(t *testing.T, ctx context.Context, e *gatewaytest.Env) string {
+	t.Helper()
+	token, err := e.Limen(ctx, "admin", "", "tokens", "create", "--cluster", gatewaytest.ClusterName, "--ttl", "10m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(token)
+}
+
+// applyChart applies a render into ns, and deletes it when the test ends.
+func applyChart(t *testing.T, ns, manifest string) {
+	t.Helper()
+	if out, errb, err := adminKubectl(t, manifest, "apply", "-n", ns, "-f", "-"); err != nil {
+		t.Fatalf("kubectl apply the chart: %v\n%s%s", err, out, errb)
+	}
+	t.Cleanup(func() {
+		_, _, _ = adminKubectl(t, manifest, "delete", "--ignore-not-found", "--wait=false", "-n", ns, "-f", "-")
+	})
 }
 
 // waitWorkerPod waits for the chart's worker Deployment to run its pod.

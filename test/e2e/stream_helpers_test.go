@@ -104,9 +104,16 @@ func waitSessionEnd(t *testing.T, user, pod string, match func(audit.Event) bool
 // session id (uploads are asynchronous) and returns it, verified.
 func fetchRecording(t *testing.T, id string) []byte {
 	t.Helper()
+	return fetchRecordingIn(t, proxyDataDir(t), id)
+}
+
+// fetchRecordingIn is fetchRecording from the store of the proxy whose
+// data directory is dir.
+func fetchRecordingIn(t *testing.T, dir, id string) []byte {
+	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		st, err := recstore.OpenExisting(recstore.Path(proxyDataDir(t)))
+		st, err := recstore.OpenExisting(recstore.Path(dir))
 		if err == nil {
 			r, _, err := st.Open(id)
 			if err == nil {

@@ -343,7 +343,10 @@ func (e *Env) RestartWorker(ctx context.Context, extra ...string) error {
 func (e *Env) startWorker(ctx context.Context, token string, extra []string) error {
 	args := []string{"worker", "--proxy", e.ProxyAddr, "--kube-cluster", ClusterName, "--data-dir", e.workerDir(),
 		"--kube-api-server", e.Cluster.Server, "--kube-ca-file", e.Cluster.CAFile, "--kube-token-file", e.TokenFile,
-		"--kube-cluster-label", "env=dev"}
+		"--kube-cluster-label", "env=dev",
+		// One worker per cluster here: no replacement to wait for when a
+		// test stops it (the rolling update's e2e uses the chart's default).
+		"--shutdown-handover", "0"}
 	args = append(args, e.impersonationArgs()...)
 	if token != "" {
 		args = append(args, "--join-token", token)

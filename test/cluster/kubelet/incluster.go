@@ -356,7 +356,8 @@ func (p *pod) requestToken(ctx context.Context, path string, obj *corev1.Pod, sr
 
 // mountScript is the shell program that mounts the pod's volumes at their
 // mountPaths in the container's own mount namespace (unshare --mount, so
-// nothing leaks to the host) and then execs the entrypoint. A mountPath
+// nothing leaks to the host), sets the pod's host name in its own UTS
+// namespace, and then execs the entrypoint. A mountPath
 // that exists is bind-mounted over; one that does not is made in an
 // overlay over its nearest existing directory, so the host's files stay
 // visible and untouched. The entrypoint is opened before anything is
@@ -420,8 +421,11 @@ func (c *container) mountScript(argv []string) ([]string, error) {
 			fmt.Fprintf(&sh, "mount -o remount,bind,ro %s\n", shq(dst))
 		}
 	}
+	// Its own host name, the pod's, as a real kubelet gives it (a worker
+	// names itself by it).
+	fmt.Fprintf(&sh, "echo %s > /proc/sys/kernel/hostname\n", shq(c.pod.name))
 	sh.WriteString("exec /proc/self/fd/3 \"$@\"\n")
-	wrap := []string{"unshare", "--mount", "--propagation", "private"}
+	wrap := []string{"unshare", "--mount", "--uts", "--propagation", "private"}
 	if os.Geteuid() != 0 {
 		wrap = append(wrap, "--user", "--map-root-user")
 	}

@@ -272,10 +272,15 @@ func (p *pod) status(prev corev1.PodStatus) corev1.PodStatus {
 	return st
 }
 
+// maxGrace caps a deletion's grace period on this test node: long enough
+// for Limen's own drain (the chart's 30 s), short enough that a process
+// that ignores SIGTERM does not hold a test up for long.
+const maxGrace = 30 * time.Second
+
 // terminate honours a deletion: stop the containers within the grace period
-// (capped, this is a test node), report, and remove the Pod object.
+// (capped at maxGrace), report, and remove the Pod object.
 func (p *pod) terminate(ctx context.Context, obj *corev1.Pod) {
-	grace := 5 * time.Second
+	grace := maxGrace
 	if g := obj.DeletionGracePeriodSeconds; g != nil && time.Duration(*g)*time.Second < grace {
 		grace = time.Duration(*g) * time.Second
 	}

@@ -33,7 +33,7 @@ app.kubernetes.io/component: {{ .component }}
 {{/* The proxy's config file (keys are limen proxy's flag names). */}}
 {{- define "limen.proxyConfig" -}}
 {{- $p := .Values.proxy -}}
-{{- $cfg := dict "listen" (printf "0.0.0.0:%d" (int $p.port)) "data-dir" "/var/lib/limen" -}}
+{{- $cfg := dict "listen" (printf "0.0.0.0:%d" (int $p.port)) "data-dir" "/var/lib/limen" "shutdown-timeout" (printf "%ds" (int $p.shutdownTimeoutSeconds)) -}}
 {{- with $p.clusters }}{{ $_ := set $cfg "clusters" . }}{{ end -}}
 {{- with $p.clusterLabels }}{{ $_ := set $cfg "cluster-label" . }}{{ end -}}
 {{- /* The Service's names, so that in-cluster workers verify the certificate. */ -}}
@@ -48,7 +48,10 @@ app.kubernetes.io/component: {{ .component }}
      defaults apply. */}}
 {{- define "limen.workerConfig" -}}
 {{- $w := .Values.worker -}}
-{{- $cfg := dict "proxy" $w.proxyAddress "kube-cluster" $w.cluster "data-dir" "/var/lib/limen" "kube-impersonation" $w.rbac.impersonation -}}
+{{- $cfg := dict "proxy" $w.proxyAddress "kube-cluster" $w.cluster "data-dir" "/var/lib/limen" "kube-impersonation" $w.rbac.impersonation "shutdown-timeout" (printf "%ds" (int $w.shutdownTimeoutSeconds)) -}}
+{{- /* A rolling update starts the new pod first: the old one serves until
+     it has connected. Recreate (persistence on) has no new pod to wait for. */ -}}
+{{- $_ := set $cfg "shutdown-handover" (ternary "0s" "5s" (and $w.persistence.enabled true)) -}}
 {{- $labels := list -}}
 {{- range $k, $v := $w.clusterLabels }}{{ $labels = append $labels (printf "%s=%s" $k $v) }}{{ end -}}
 {{- with $labels }}{{ $_ := set $cfg "kube-cluster-label" . }}{{ end -}}
