@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/limenhq/limen/gateway/audit"
 	"github.com/limenhq/limen/gateway/locks"
 	"github.com/limenhq/limen/gateway/recstore"
+	"github.com/limenhq/limen/gateway/sessions"
 	"github.com/limenhq/limen/gateway/tunnel"
 )
 
@@ -183,3 +186,31 @@ func (s *Server) reply(ctx context.Context, w workerConn, m tunnel.Message, typ 
 		s.log.Warn("reply to worker", "type", typ, "err", err)
 	}
 }
+
+// shutdownHandoff bounds how long a stopping proxy waits for the workers to
+// end its streams (endSessions) before it ends the rest itself.
+const shutdownHandoff = 3 * time.Second
+
+// endSessions ends the proxy's streams when it stops. Each worker is asked
+// to end its side first, with reason shutdown: for exec and attach the
+// worker can tell kubectl why between two frames, which the proxy, relaying
+// bytes it does not frame, cannot. The proxy then ends what is left itself.
+func (s *Server) endSessions() {
+	var wg sync.WaitGroup
+	for _, i := range s.Sessions.List() {
+		if !i.Live() {
+			continue
+		}
+		wg.Go(func() {
+			s.push(context.Background(), i.Cluster, func() (tunnel.Message, error) { return sessions.ShutdownMessage(i.ID) },
+				func(m tunnel.Message) error { _, err := sessions.CheckKillAck(m); return err })
+		})
+	}
+	wg.Wait()
+	deadline := time.Now().Add(shutdownHandoff)
+	for time.Now().Before(deadline) && slices.ContainsFunc(s.Sessions.List(), sessions.Info.Live) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	s.Sessions.Close()
+}
+

@@ -313,11 +313,15 @@ func (r *Registry) ended(l *Live, info Info) {
 
 // Kill ends the live session id with ReasonKilled; it reports whether
 // there was one.
-func (r *Registry) Kill(id string) bool {
+func (r *Registry) Kill(id string) bool { return r.endLive(id, ReasonKilled) }
+
+// endLive ends the live session id from outside, with reason; it reports
+// whether there was one.
+func (r *Registry) endLive(id string, reason Reason) bool {
 	r.mu.Lock()
 	l := r.live[id]
 	r.mu.Unlock()
-	return l != nil && l.end(&Ended{Reason: ReasonKilled})
+	return l != nil && l.end(&Ended{Reason: reason})
 }
 
 // Get returns a snapshot of session id, live or recently ended.

@@ -201,6 +201,8 @@ func (e *Ended) Error() string {
 		return "session ended: grant expired; run the command again to get a new one"
 	case e.Reason == ReasonKilled:
 		return "session ended: killed by an administrator"
+	case e.Reason == ReasonShutdown:
+		return "session ended: Limen is shutting down (an upgrade or a restart); run the command again"
 	}
 	return "session ended: " + string(e.Reason)
 }

@@ -19,6 +19,9 @@ type Kill struct {
 	ID string `json:"id"`
 	// By names the admin who killed the session, for the worker's log.
 	By string `json:"by,omitempty"`
+	// Reason is why the session ends: ReasonKilled when empty, or
+	// ReasonShutdown when the proxy is stopping.
+	Reason Reason `json:"reason,omitempty"`
 }
 
 // KillAck is the body of TypeKillAck.
@@ -30,10 +33,21 @@ type KillAck struct {
 
 // KillMessage builds the push that kills session id on a worker.
 func KillMessage(id, by string) (tunnel.Message, error) {
-	if err := ValidID(id); err != nil {
+	return endMessage(Kill{ID: id, By: by})
+}
+
+// ShutdownMessage builds the push that ends session id on a worker because
+// the proxy is stopping: the worker ends it first, so that it can tell the
+// client why.
+func ShutdownMessage(id string) (tunnel.Message, error) {
+	return endMessage(Kill{ID: id, By: "the proxy, stopping", Reason: ReasonShutdown})
+}
+
+func endMessage(k Kill) (tunnel.Message, error) {
+	if err := ValidID(k.ID); err != nil {
 		return tunnel.Message{}, err
 	}
-	return tunnel.NewMessage(TypeKill, Kill{ID: id, By: by})
+	return tunnel.NewMessage(TypeKill, k)
 }
 
 // DecodeKill reads a TypeKill body.
@@ -51,6 +65,13 @@ func DecodeKill(m tunnel.Message) (Kill, error) {
 	if len(k.By) > 512 {
 		return Kill{}, fmt.Errorf("%w: %s: by is too long", tunnel.ErrBadMessage, TypeKill)
 	}
+	switch k.Reason {
+	case "":
+		k.Reason = ReasonKilled
+	case ReasonKilled, ReasonShutdown:
+	default:
+		return Kill{}, fmt.Errorf("%w: %s: reason %q is neither %s nor %s", tunnel.ErrBadMessage, TypeKill, k.Reason, ReasonKilled, ReasonShutdown)
+	}
 	return k, nil
 }
 
@@ -61,8 +82,8 @@ func (r *Registry) HandleMessage(m tunnel.Message) (tunnel.Message, error) {
 	var ack KillAck
 	k, err := DecodeKill(m)
 	if err == nil {
-		ack.Found = r.Kill(k.ID)
-		r.cfg.Logger.Info("session kill pushed", "session", k.ID, "by", k.By, "found", ack.Found)
+		ack.Found = r.endLive(k.ID, k.Reason)
+		r.cfg.Logger.Info("session end pushed", "session", k.ID, "reason", k.Reason, "by", k.By, "found", ack.Found)
 	} else {
 		ack.Error = err.Error()
 	}

@@ -43,6 +43,26 @@ func TestKillPush(t *testing.T) {
 	}
 }
 
+// TestShutdownPush: a stopping proxy's push ends the session with reason
+// shutdown, whose words say so.
+func TestShutdownPush(t *testing.T) {
+	r := New(Config{Logger: slog.New(slog.DiscardHandler)})
+	defer r.Close()
+	target, _ := r.Register(context.Background(), sess("0123abcd", "alice"))
+	m, err := ShutdownMessage("0123abcd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reply, err := r.HandleMessage(m)
+	if found, aerr := CheckKillAck(reply); err != nil || aerr != nil || !found {
+		t.Fatalf("shutdown push: found=%v err=%v %v", found, err, aerr)
+	}
+	waitDone(t, target)
+	if e := target.Ended(); e.Reason != ReasonShutdown || !strings.Contains(e.Error(), "shutting down") {
+		t.Fatalf("ended %+v (%q), want shutdown in words", e, e.Error())
+	}
+}
+
 func TestKillPushRejects(t *testing.T) {
 	tests := []struct {
 		name, typ, body string
@@ -54,6 +74,8 @@ func TestKillPushRejects(t *testing.T) {
 		{"long id", TypeKill, `{"id":"` + strings.Repeat("a", MaxIDLen+1) + `"}`},
 		{"id not string", TypeKill, `{"id":5}`},
 		{"wrong type", "session.other", `{"id":"a"}`},
+		{"unknown reason", TypeKill, `{"id":"a","reason":"locked"}`},
+		{"reason not string", TypeKill, `{"id":"a","reason":1}`},
 	}
 	r := New(Config{Logger: slog.New(slog.DiscardHandler)})
 	defer r.Close()
@@ -82,6 +104,9 @@ func FuzzDecodeKill(f *testing.F) {
 		k, err := DecodeKill(tunnel.Message{Type: TypeKill, Body: json.RawMessage(body)})
 		if err == nil && ValidID(k.ID) != nil {
 			t.Fatalf("accepted bad id %q", k.ID)
+		}
+		if err == nil && k.Reason != ReasonKilled && k.Reason != ReasonShutdown {
+			t.Fatalf("accepted reason %q", k.Reason)
 		}
 	})
 }

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/limenhq/limen/gateway/audit"
 	"github.com/limenhq/limen/gateway/recording"
@@ -52,10 +53,49 @@ func (u upstream) CloseWrite() error {
 // tunnel gone). It returns how the stream ended (audit.End…) and the error
 // behind an abnormal end.
 func (s *session) relay(ctx context.Context, up upstream, pair *decode.Pair) (string, error) {
-	s.pair, s.up, s.ended = pair, up, ctx
+	s.pair, s.up, s.ended, s.atBoundary = pair, up, ctx, true
 	client := relay.NetConn(s.x.stream, s.x.br)
-	res := relay.Run(ctx, client, up, s.clientFlow, s.serverFlow)
+	// An end from outside first tells the client why (tellEnd), then
+	// closes both connections.
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	stop := context.AfterFunc(ctx, func() {
+		s.tellEnd(s.x.stream, context.Cause(ctx))
+		cancel()
+	})
+	defer stop()
+	res := relay.Run(rctx, client, up, s.clientFlow, s.serverFlow)
 	return s.endReason(ctx, res)
+}
+
+// tellEndTimeout bounds the write of the status that tells a client why
+// Limen ended its stream: a client that reads nothing must not delay the
+// end.
+const tellEndTimeout = 500 * time.Millisecond
+
+// tellEnd gives the client of an exec or attach that Limen ends from
+// outside — this worker shutting down, a kill, a lock, the grant's expiry —
+// a failure status that says why, so kubectl prints the reason instead of
+// a broken connection. Only between frames and before the command's exit
+// status; nothing is written after it.
+func (s *session) tellEnd(client net.Conn, cause error) {
+	var ended *sessions.Ended
+	if !s.hasExit() || s.tap.exited() || !errors.As(cause, &ended) {
+		return
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if s.told {
+		return
+	}
+	s.told = true
+	if !s.atBoundary {
+		return
+	}
+	if b := s.pair.Failure("Limen: " + ended.Error()); b != nil {
+		_ = client.SetWriteDeadline(time.Now().Add(tellEndTimeout))
+		_, _ = client.Write(b)
+	}
 }
 
 // endReason decides how the stream ended, from what the flows saw.
@@ -184,12 +224,20 @@ func (s *session) relayFrames(dst io.Writer, src io.Reader) error {
 	// whole frame: relayed == boundary when the client is between frames.
 	var written, relayed, boundary int64
 	send := func(p []byte) error {
+		s.wmu.Lock()
+		defer s.wmu.Unlock()
+		if s.told {
+			// Limen told the client the stream ended: stop the API server.
+			_ = s.up.Close()
+			return errTold
+		}
 		if _, err := dst.Write(p); err != nil {
 			// The client is gone: stop the API server too.
 			_ = s.up.Close()
 			return fmt.Errorf("write to the client: %w", err)
 		}
 		relayed += int64(len(p))
+		s.atBoundary = relayed == boundary
 		s.out.Add(int64(len(p)))
 		return nil
 	}
@@ -287,10 +335,19 @@ func (s *session) fail(dst io.Writer, atBoundary bool, msg string) {
 	if !atBoundary || !s.hasExit() {
 		return
 	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if s.told {
+		return
+	}
+	s.told = true
 	if b := s.pair.Failure(msg); b != nil {
 		_, _ = dst.Write(b)
 	}
 }
+
+// errTold ends the relay of a stream whose client was told it ended.
+var errTold = errors.New("the client was told the stream ended")
 
 // open returns a new stream backlog.
 func (b Backlog) open() *relay.Backlog {

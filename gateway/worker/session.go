@@ -44,6 +44,13 @@ type session struct {
 	// tunnel ended the stream from outside.
 	ended context.Context
 
+	// wmu serializes the writes to the client: the relay's whole frames,
+	// and the one failure status that ends the stream early (fail,
+	// tellEnd). After that status (told) nothing more is written.
+	wmu        sync.Mutex
+	atBoundary bool // the client's bytes end between frames
+	told       bool
+
 	mu      sync.Mutex
 	refused error // why Limen ended the stream (decoding or recording)
 	// refusedLate: the refusal came after the stream was ended from
