@@ -213,4 +213,3 @@ func (s *Server) endSessions() {
 	}
 	s.Sessions.Close()
 }
-

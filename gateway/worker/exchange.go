@@ -37,6 +37,11 @@ type exchange struct {
 	upgrading bool
 	conn      gotConn
 	observed  bool // observe ran: the status is on the span and in the metrics
+	// keepStream stops track's closing of the stream when the session
+	// ends: an upgraded stream's relay closes it itself, once it has told
+	// the client why (session.tellEnd). It reports whether the stream was
+	// still open.
+	keepStream func() bool
 }
 
 // event is the audit event every later one starts from: who, as which
@@ -118,6 +123,7 @@ func (x *exchange) track(ctx context.Context) (_ context.Context, untrack func()
 	// Idle or not, whatever its kind, the response ends at once: the
 	// upstream request is cancelled and the tunnel stream closed.
 	stop := context.AfterFunc(live.Context(), func() { x.stream.Close() })
+	x.keepStream = stop
 	return live.Context(), func() {
 		stop() // first: a response that completes keeps its stream
 		live.End(sessions.ReasonCompleted)

@@ -54,6 +54,9 @@ func (u upstream) CloseWrite() error {
 // behind an abnormal end.
 func (s *session) relay(ctx context.Context, up upstream, pair *decode.Pair) (string, error) {
 	s.pair, s.up, s.ended, s.atBoundary = pair, up, ctx, true
+	if s.x.keepStream != nil {
+		s.x.keepStream() // if already closed, the relay ends at once
+	}
 	client := relay.NetConn(s.x.stream, s.x.br)
 	// An end from outside first tells the client why (tellEnd), then
 	// closes both connections.

@@ -100,6 +100,13 @@ func startRig(t *testing.T, login string, hdr http.Header) *rig {
 
 func startRigWith(t *testing.T, login string, hdr http.Header, backlog Backlog) *rig {
 	t.Helper()
+	return startRigCtx(t, context.Background(), login, hdr, backlog)
+}
+
+// startRigCtx is startRigWith whose relay runs under ctx, as under the
+// session watchdog's context.
+func startRigCtx(t *testing.T, ctx context.Context, login string, hdr http.Header, backlog Backlog) *rig {
+	t.Helper()
 	client, tunnelEnd := tcpPair(t)
 	upEnd, api := tcpPair(t)
 	h := &Handler{Logger: slog.New(slog.DiscardHandler), Now: time.Now, Backlog: backlog}
@@ -111,7 +118,7 @@ func startRigWith(t *testing.T, login string, hdr http.Header, backlog Backlog) 
 	}
 	r := &rig{client: client, api: api, done: make(chan ended, 1)}
 	go func() {
-		reason, err := s.relay(context.Background(), upstream{ReadWriteCloser: upEnd, conn: upEnd}, pair)
+		reason, err := s.relay(ctx, upstream{ReadWriteCloser: upEnd, conn: upEnd}, pair)
 		_, exit := s.tap.summary()
 		r.done <- ended{reason, err, exit}
 	}()
@@ -365,6 +372,52 @@ func TestRelayBacklogFailureFailsTheClient(t *testing.T) {
 			}
 			if e.reason != audit.EndError {
 				t.Fatalf("end reason %q, want %q", e.reason, audit.EndError)
+			}
+		})
+	}
+}
+
+// TestRelayEndedFromOutsideTellsTheClient: a stream ended from outside (the
+// worker shutting down, a kill) between two frames, before the command's
+// exit status, gives the client a failure status that says why, and the
+// session ends with that reason.
+func TestRelayEndedFromOutsideTellsTheClient(t *testing.T) {
+	for _, g := range execGoldens(t) {
+		t.Run(g.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancelCause(context.Background())
+			defer cancel(nil)
+			r := startRigCtx(t, ctx, string(sessions.KindExec), g.hdr, Backlog{Dir: t.TempDir()})
+			if _, err := r.client.Write(g.client); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := io.ReadFull(r.api, make([]byte, len(g.client))); err != nil {
+				t.Fatal(err)
+			}
+			// The server's frames up to the last whole one before the exit
+			// status: the command still runs.
+			cut := 0
+			for i := 1; i <= len(g.server); i++ {
+				if end, exited := boundaryBefore(t, g, g.server[:i]); exited {
+					break
+				} else {
+					cut = end
+				}
+			}
+			if _, err := r.api.Write(g.server[:cut]); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := io.ReadFull(r.client, make([]byte, cut)); err != nil {
+				t.Fatalf("client read the server's first %d bytes: %v", cut, err)
+			}
+			cancel(&sessions.Ended{Reason: sessions.ReasonShutdown})
+			rest, _ := io.ReadAll(r.client)
+			e := r.wait(t)
+			exit, err := clientView(t, g, append(slices.Clone(g.server[:cut]), rest...))
+			if err != nil || exit == nil || exit.Code == 0 || !strings.Contains(exit.Message, "shutting down") {
+				t.Fatalf("the client sees exit %+v (decode error %v) after %d bytes more, want Limen's word that it is shutting down", exit, err, len(rest))
+			}
+			if e.reason != audit.EndShutdown {
+				t.Fatalf("end reason %q, want %q", e.reason, audit.EndShutdown)
 			}
 		})
 	}
