@@ -83,6 +83,9 @@ func TestDecoderAccepts(t *testing.T) {
 			"\n"},
 		{"close frame", wsdec.ModeChannelV4, false, frame(true, ws.OpClose, false, []byte{3, 232, 'o', 'k'}),
 			"close server→client\n"},
+		{"repeated close frame, as wsstream writes it", wsdec.ModeChannelV5, false, cat(
+			frame(true, ws.OpClose, false, []byte{3, 232}), frame(true, ws.OpClose, false, []byte{3, 232})),
+			"close server→client\n"},
 		{"16-bit length", wsdec.ModeChannelV4, false, msg(false, 1, strings.Repeat("z", 300)),
 			"stdout \"" + strings.Repeat("z", 300) + "\"\n"},
 	}
@@ -139,6 +142,8 @@ func TestDecoderRejects(t *testing.T) {
 		{"resize out of range", wsdec.ModeChannelV4, true, msg(true, 4, `{"Width":70000,"Height":1}`), "parse resize"},
 		{"one-byte close payload", wsdec.ModeChannelV4, false, frame(true, ws.OpClose, false, []byte{3}), "1-byte"},
 		{"data after close", wsdec.ModeChannelV4, false, cat(frame(true, ws.OpClose, false, nil), msg(false, 1, "x")), "after the close"},
+		{"ping after close", wsdec.ModeChannelV4, false, cat(frame(true, ws.OpClose, false, nil), frame(true, ws.OpPing, false, nil)), "after the close"},
+		{"bad close after close", wsdec.ModeChannelV4, false, cat(frame(true, ws.OpClose, false, nil), frame(true, ws.OpClose, false, []byte{3})), "1-byte"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

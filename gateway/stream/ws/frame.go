@@ -137,7 +137,10 @@ func (f *frameReader) startFrame(h ws.Header) error {
 		}
 		return errors.New("websocket frame from the server is masked")
 	}
-	if f.closed {
+	// After the close frame only another close frame may come: Kubernetes'
+	// wsstream (on golang.org/x/net/websocket) writes one per Close call,
+	// and a close carries nothing to record.
+	if f.closed && h.OpCode != ws.OpClose {
 		return fmt.Errorf("websocket %s frame after the close frame", opName(h.OpCode))
 	}
 	switch {
@@ -213,9 +216,13 @@ func (f *frameReader) endFrame(sink messageSink) error {
 		if h.OpCode != ws.OpClose {
 			return nil // ping and pong carry nothing to record
 		}
+		repeated := f.closed
 		f.closed = true
 		if len(f.ctl) == 1 {
 			return errors.New("websocket close frame with a 1-byte payload")
+		}
+		if repeated {
+			return nil // the stream's close was reported once
 		}
 		code, reason := ws.ParseCloseFrameData(f.ctl)
 		return sink.closeFrame(code, reason)
