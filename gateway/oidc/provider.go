@@ -23,8 +23,6 @@ type ProviderConfig struct {
 	Mapping Mapping
 	// HTTPClient reaches the provider; nil is http.DefaultClient.
 	HTTPClient *http.Client
-	// Now is the clock for token expiry; nil is time.Now.
-	Now func() time.Time
 }
 
 // Provider signs people in through one OpenID Connect provider. The proxy
@@ -54,14 +52,7 @@ func NewProvider(ctx context.Context, cfg ProviderConfig) (*Provider, error) {
 	if err != nil {
 		return nil, fmt.Errorf("oidc: discover issuer %s: %w", cfg.Issuer, err)
 	}
-	var meta struct {
-		JWKS string   `json:"jwks_uri"`
-		Algs []string `json:"id_token_signing_alg_values_supported"`
-	}
-	if err := dp.Claims(&meta); err != nil || meta.JWKS == "" {
-		return nil, fmt.Errorf("oidc: issuer %s: discovery document has no jwks_uri", cfg.Issuer)
-	}
-	v, err := NewVerifier(cfg.Issuer, cfg.ClientID, oidc.NewRemoteKeySet(oidc.ClientContext(context.Background(), hc), meta.JWKS), meta.Algs, cfg.Now)
+	v, err := Discover(ctx, cfg.Issuer, cfg.ClientID, hc)
 	if err != nil {
 		return nil, err
 	}
@@ -154,4 +145,25 @@ func (p *Provider) DeviceToken(ctx context.Context, deviceCode string, interval 
 		return identity.Principal{}, fmt.Errorf("oidc: device authorization failed: %w", err)
 	}
 	return p.principal(ctx, tok, "")
+}
+
+// Discover builds a Verifier for issuer's tokens issued to clientID, with
+// keys from the issuer's JWKS; for CI workload tokens, which come from a
+// provider Limen never runs a flow with.
+func Discover(ctx context.Context, issuer, clientID string, hc *http.Client) (*Verifier, error) {
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	dp, err := oidc.NewProvider(oidc.ClientContext(ctx, hc), issuer)
+	if err != nil {
+		return nil, fmt.Errorf("oidc: discover issuer %s: %w", issuer, err)
+	}
+	var meta struct {
+		JWKS string   `json:"jwks_uri"`
+		Algs []string `json:"id_token_signing_alg_values_supported"`
+	}
+	if err := dp.Claims(&meta); err != nil || meta.JWKS == "" {
+		return nil, fmt.Errorf("oidc: issuer %s: discovery document has no jwks_uri", issuer)
+	}
+	return NewVerifier(issuer, clientID, oidc.NewRemoteKeySet(oidc.ClientContext(context.Background(), hc), meta.JWKS), meta.Algs, nil)
 }
