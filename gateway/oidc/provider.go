@@ -92,7 +92,14 @@ func (p *Provider) Flow(redirectURL string) Flow {
 // (the caller checks it), nonce binds the ID token to this login, and the
 // PKCE verifier's S256 challenge binds the code to whoever holds verifier.
 func (f Flow) AuthCodeURL(state, nonce, verifier string) string {
-	return f.cfg.AuthCodeURL(state, oidc.Nonce(nonce), oauth2.S256ChallengeOption(verifier))
+	return f.AuthCodeURLChallenge(state, nonce, oauth2.S256ChallengeFromVerifier(verifier))
+}
+
+// AuthCodeURLChallenge is AuthCodeURL for a caller that holds the PKCE
+// verifier elsewhere (the CLI) and passes only its S256 challenge.
+func (f Flow) AuthCodeURLChallenge(state, nonce, challenge string) string {
+	return f.cfg.AuthCodeURL(state, oidc.Nonce(nonce),
+		oauth2.SetAuthURLParam("code_challenge", challenge), oauth2.SetAuthURLParam("code_challenge_method", "S256"))
 }
 
 // Exchange redeems code with the PKCE verifier and maps the verified ID

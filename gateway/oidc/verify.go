@@ -219,3 +219,6 @@ func clip(raw []byte) string {
 	}
 	return string(raw)
 }
+
+// Issuer is the issuer v accepts.
+func (v *Verifier) Issuer() string { return v.issuer }
