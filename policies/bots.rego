@@ -2,8 +2,8 @@
 # title: Limen keyless bot logins
 # description: |
 #   oidc_login: whether a CI workload's verified ID token may log in as the
-#   bot input.bot. input.issuer is the token's issuer (already checked
-#   against the proxy's trusted CI issuers) and input.claims its claims.
+#   bot input.bot. input.issuer is the NAME of the proxy's --ci-issuer
+#   NAME=URL whose checks the token passed, and input.claims its claims.
 #   data.limen.config.bots[NAME].oidc lists the accepted tokens: each entry
 #   names an issuer and the claims that must all be equal (for example
 #   repository and ref). An entry with no claims matches nothing, so a

@@ -3,8 +3,8 @@ package limen.bots_test
 import data.limen.bots
 
 config := {"bots": {"deployer": {"oidc": [
-	{"issuer": "https://ci.example", "claims": {"repository": "acme/app", "ref": "refs/heads/main"}},
-	{"issuer": "https://other.example", "claims": {}},
+	{"issuer": "github", "claims": {"repository": "acme/app", "ref": "refs/heads/main"}},
+	{"issuer": "gitlab", "claims": {}},
 ]}}}
 
 login(name, issuer, claims) if {
@@ -14,23 +14,23 @@ login(name, issuer, claims) if {
 
 main := {"repository": "acme/app", "ref": "refs/heads/main", "sub": "x"}
 
-test_matching_claims if login("deployer", "https://ci.example", main)
+test_matching_claims if login("deployer", "github", main)
 
-test_other_branch if not login("deployer", "https://ci.example", object.union(main, {"ref": "refs/heads/feature"}))
+test_other_branch if not login("deployer", "github", object.union(main, {"ref": "refs/heads/feature"}))
 
-test_other_repository if not login("deployer", "https://ci.example", object.union(main, {"repository": "evil/app"}))
+test_other_repository if not login("deployer", "github", object.union(main, {"repository": "evil/app"}))
 
-test_missing_claim if not login("deployer", "https://ci.example", {"repository": "acme/app"})
+test_missing_claim if not login("deployer", "github", {"repository": "acme/app"})
 
-test_other_issuer if not login("deployer", "https://evil.example", main)
+test_other_issuer if not login("deployer", "evil", main)
 
-test_other_bot if not login("other", "https://ci.example", main)
+test_other_bot if not login("other", "github", main)
 
-test_empty_claims_match_nothing if not login("deployer", "https://other.example", main)
+test_empty_claims_match_nothing if not login("deployer", "gitlab", main)
 
 test_user_kind_refused if {
 	not bots.oidc_login with data.limen.config as config
-		with input as {"bot": {"kind": "user", "name": "deployer"}, "issuer": "https://ci.example", "claims": main}
+		with input as {"bot": {"kind": "user", "name": "deployer"}, "issuer": "github", "claims": main}
 }
 
-test_claim_type_must_match if not login("deployer", "https://ci.example", object.union(main, {"repository": ["acme/app"]}))
+test_claim_type_must_match if not login("deployer", "github", object.union(main, {"repository": ["acme/app"]}))

@@ -24,7 +24,7 @@ func addIdentityFlags(f *pflag.FlagSet) {
 	f.StringSlice("oidc-trait", []string{"groups=groups", "email=email"},
 		"TRAIT=CLAIM: an ID token claim (a string or a list of strings) that becomes a trait policy decides on (repeatable)")
 	f.StringSlice("oidc-scope", []string{"profile", "email", "groups"}, "scopes asked for besides openid")
-	f.StringSlice("ci-issuer", nil, "issuer URL of a CI system whose workload ID tokens may log bots in (repeatable); policy matches their claims to bots (data.limen.bots.oidc_login)")
+	f.StringSlice("ci-issuer", nil, "NAME=URL: a CI system whose workload ID tokens may log bots in (repeatable); policy data names it NAME and matches its tokens' claims to bots (data.limen.config.bots)")
 	f.String("ci-audience", "limen", "the audience (client) CI workload tokens must be issued to")
 }
 
@@ -33,14 +33,20 @@ func addIdentityFlags(f *pflag.FlagSet) {
 func loadIdentity(v *viper.Viper) (*oidc.ProviderConfig, []proxy.CIIssuer, error) {
 	var cis []proxy.CIIssuer
 	aud := v.GetString("ci-audience")
-	for _, iss := range v.GetStringSlice("ci-issuer") {
+	names := map[string]bool{}
+	for _, spec := range v.GetStringSlice("ci-issuer") {
+		name, iss, ok := strings.Cut(spec, "=")
+		if !ok || identity.ValidName(name) != nil || names[name] {
+			return nil, nil, fmt.Errorf("ci-issuer %q: want NAME=URL with a unique name, for example github=https://token.actions.githubusercontent.com", spec)
+		}
 		if err := issuerURL(iss); err != nil {
-			return nil, nil, fmt.Errorf("ci-issuer %q: %w", iss, err)
+			return nil, nil, fmt.Errorf("ci-issuer %q: %w", spec, err)
 		}
 		if aud == "" {
 			return nil, nil, errors.New("ci-audience: required with --ci-issuer")
 		}
-		cis = append(cis, proxy.CIIssuer{Issuer: iss, Audience: aud})
+		names[name] = true
+		cis = append(cis, proxy.CIIssuer{Name: name, Issuer: iss, Audience: aud})
 	}
 	issuer := v.GetString("oidc-issuer")
 	if issuer == "" {

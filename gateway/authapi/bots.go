@@ -17,8 +17,15 @@ import (
 	"github.com/limenhq/limen/gateway/oidc"
 )
 
+// CIIssuer is a trusted CI issuer: policy knows it by Name (so that policy
+// data does not depend on a URL), the Verifier checks its tokens.
+type CIIssuer struct {
+	Name     string
+	Verifier *oidc.Verifier
+}
+
 // BotPolicy decides whether a CI workload token may log in as a bot
-// (data.limen.bots.oidc_login).
+// (data.limen.bots.oidc_login); issuer is the CIIssuer's Name.
 type BotPolicy interface {
 	BotOIDCAllow(ctx context.Context, bot identity.Principal, issuer string, claims map[string]any) (bool, error)
 }
@@ -210,12 +217,12 @@ func (h *Handler) botOIDCLogin(w http.ResponseWriter, r *http.Request) {
 		h.api.Deny(r, identity.Principal{}, audit.ActionLogin, "login: bot oidc: "+msg, map[string]string{"bot": claimedUser(req.Bot)})
 		apihttp.WriteError(w, status, msg)
 	}
-	v := h.ciVerifier(req.IDToken)
-	if v == nil {
+	ci := h.ciIssuer(req.IDToken)
+	if ci == nil {
 		refuse(http.StatusUnauthorized, "the token's issuer is not a trusted CI issuer (--ci-issuer)")
 		return
 	}
-	tok, err := v.Verify(r.Context(), req.IDToken, "")
+	tok, err := ci.Verifier.Verify(r.Context(), req.IDToken, "")
 	if err != nil {
 		refuse(http.StatusUnauthorized, err.Error())
 		return
@@ -229,7 +236,7 @@ func (h *Handler) botOIDCLogin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p := identity.Principal{Kind: identity.KindBot, Name: b.Name, Traits: b.Traits}
-	allow, err := h.cfg.BotPolicy.BotOIDCAllow(r.Context(), p, tok.Issuer, tok.Claims)
+	allow, err := h.cfg.BotPolicy.BotOIDCAllow(r.Context(), p, ci.Name, tok.Claims)
 	if err != nil {
 		h.api.Logger.Error("bot policy evaluation failed", "bot", b.Name, "err", err)
 		apihttp.WriteError(w, http.StatusServiceUnavailable, "policy unavailable: try again later")
@@ -239,13 +246,13 @@ func (h *Handler) botOIDCLogin(w http.ResponseWriter, r *http.Request) {
 		refuse(http.StatusForbidden, "policy does not let this token's claims log in as bot "+b.Name+" (data.limen.bots.oidc_login)")
 		return
 	}
-	h.issue(w, r, csr, ttl, p, "bot-oidc:"+tok.Issuer, tok.Expiry)
+	h.issue(w, r, csr, ttl, p, "bot-oidc:"+ci.Name, tok.Expiry)
 }
 
 // ciVerifier picks the trusted issuer the token claims. The claim is read
 // before verification only to choose a verifier; that verifier then checks
 // everything, the issuer included.
-func (h *Handler) ciVerifier(raw string) *oidc.Verifier {
+func (h *Handler) ciIssuer(raw string) *CIIssuer {
 	jws, err := jose.ParseSigned(raw, []jose.SignatureAlgorithm{jose.RS256, jose.RS384, jose.RS512, jose.ES256, jose.ES384, jose.ES512, jose.PS256, jose.EdDSA})
 	if err != nil {
 		return nil
@@ -256,9 +263,9 @@ func (h *Handler) ciVerifier(raw string) *oidc.Verifier {
 	if json.Unmarshal(jws.UnsafePayloadWithoutVerification(), &c) != nil {
 		return nil
 	}
-	for _, v := range h.cfg.CI {
-		if v.Issuer() == c.Iss {
-			return v
+	for i := range h.cfg.CI {
+		if h.cfg.CI[i].Verifier.Issuer() == c.Iss {
+			return &h.cfg.CI[i]
 		}
 	}
 	return nil

@@ -71,7 +71,7 @@ type Config struct {
 	// lists the trusted CI issuers for keyless bot logins and BotPolicy
 	// matches their tokens to bots (bots.go).
 	Bots      *bots.Store
-	CI        []*oidc.Verifier
+	CI        []CIIssuer
 	BotPolicy BotPolicy
 }
 

@@ -6,13 +6,16 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/limenhq/limen/gateway/authapi"
 	"github.com/limenhq/limen/gateway/bots"
 	"github.com/limenhq/limen/gateway/oidc"
 )
 
 // CIIssuer is a CI system whose workload ID tokens may log bots in: tokens
-// from Issuer whose client (azp, or only audience) is Audience.
+// from Issuer whose client (azp, or only audience) is Audience. Policy
+// knows it by Name.
 type CIIssuer struct {
+	Name     string
 	Issuer   string
 	Audience string
 }
@@ -40,7 +43,7 @@ func (s *Server) openIdentity(ctx context.Context, c Config) error {
 		if err != nil {
 			return fmt.Errorf("ci-issuer %s: %w", ci.Issuer, err)
 		}
-		s.ci = append(s.ci, v)
+		s.ci = append(s.ci, authapi.CIIssuer{Name: ci.Name, Verifier: v})
 	}
 	return nil
 }

@@ -109,7 +109,7 @@ type Server struct {
 	// configured), which the console uses for its own sign-in.
 	Bots *bots.Store
 	OIDC *oidc.Provider
-	ci   []*oidc.Verifier
+	ci   []authapi.CIIssuer
 
 	recordings *recstore.Store
 	control    *workerRouter
