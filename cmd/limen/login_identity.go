@@ -66,7 +66,7 @@ func loginOther(cmd *cobra.Command, v *viper.Viper) (done bool, err error) {
 	ttl := v.GetDuration("ttl")
 	var resp *authapi.LoginResponse
 	if bot != "" {
-		bl := profile.BotLogin{Bot: bot, TokenFile: v.GetString("token-file"), IDTokenFile: v.GetString("id-token-file")}
+		bl := profile.BotLogin{Bot: bot, TokenFile: v.GetString("token-file"), IDTokenFile: v.GetString("id-token-file"), TTL: ttl}
 		if (bl.TokenFile == "") == (bl.IDTokenFile == "") {
 			return true, errors.New("--bot: give exactly one of --token-file and --id-token-file")
 		}
@@ -256,7 +256,7 @@ func pluginCredentials(ctx context.Context, p *profile.Profile, now time.Time) (
 			return creds, nil
 		}
 	}
-	if _, rerr := p.LoginWith(ctx, profile.Trust{}, 0, botLogin(*bl)); rerr != nil {
+	if _, rerr := p.LoginWith(ctx, profile.Trust{}, bl.TTL, botLogin(*bl)); rerr != nil {
 		if err == nil {
 			return creds, nil // still valid: use it, renew next time
 		}

@@ -76,6 +76,9 @@ type BotLogin struct {
 	Bot         string `json:"bot"`
 	TokenFile   string `json:"token_file,omitempty"`
 	IDTokenFile string `json:"id_token_file,omitempty"`
+	// TTL is the certificate lifetime the login asked for; renewals ask
+	// for it again (0: the proxy's maximum).
+	TTL time.Duration `json:"ttl,omitempty"`
 }
 
 // SaveBotLogin records b (its files as absolute paths).
