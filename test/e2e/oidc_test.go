@@ -239,7 +239,7 @@ func TestOIDCSignInAndBots(t *testing.T) {
 			t.Fatal(err)
 		}
 		kc := e.kubeLogin(t, home)
-		if _, stderr, code := kubectl(t, kc, "", "-n", ns, "create", "configmap", "by-erin"); code == 0 || !strings.Contains(stderr, "Forbidden") && !strings.Contains(stderr, "forbidden") {
+		if _, stderr, code := kubectl(t, kc, "", "-n", ns, "create", "configmap", "by-erin"); code == 0 || !strings.Contains(stderr, "grants erin@example.com no group") {
 			t.Fatalf("erin (IdP group sales only) created a configmap: exit %d: %s", code, stderr)
 		}
 	})
@@ -321,10 +321,8 @@ func TestOIDCSignInAndBots(t *testing.T) {
 			t.Fatalf("login user:ci-deployer: %v %s", err, out)
 		}
 		kc := e.kubeLogin(t, home)
-		if _, stderr, code := kubectl(t, kc, "", "-n", ns, "get", "configmaps"); code == 0 {
-			t.Fatal("user:ci-deployer got the bot's grants")
-		} else if !strings.Contains(stderr, "Forbidden") && !strings.Contains(stderr, "forbidden") {
-			t.Fatalf("user:ci-deployer: exit %d: %s", code, stderr)
+		if _, stderr, code := kubectl(t, kc, "", "-n", ns, "get", "configmaps"); code == 0 || !strings.Contains(stderr, "grants ci-deployer no group") {
+			t.Fatalf("user:ci-deployer, who has no binding (the bot has): exit %d: %s", code, stderr)
 		}
 	})
 
@@ -346,9 +344,12 @@ func TestOIDCSignInAndBots(t *testing.T) {
 	})
 
 	t.Run("bot by CI ID token", func(t *testing.T) {
-		mint := func(aud any, ref string) string {
-			tok, err := e.idp.WorkloadToken(idpClient, "repo:limenhq/demo:ref:"+ref,
-				map[string]any{"repository": "limenhq/demo", "ref": ref}, 10*time.Minute)
+		mint := func(ref string, extra ...any) string {
+			claims := map[string]any{"repository": "limenhq/demo", "ref": ref}
+			for i := 0; i+1 < len(extra); i += 2 {
+				claims[extra[i].(string)] = extra[i+1]
+			}
+			tok, err := e.idp.WorkloadToken(idpClient, "repo:limenhq/demo:ref:"+ref, claims, 10*time.Minute)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -357,7 +358,7 @@ func TestOIDCSignInAndBots(t *testing.T) {
 			return file
 		}
 		home := filepath.Join(e.Dir, "home-ci-keyless")
-		out, err := e.limenAs(t, home, append(loginArgs, "--bot", "ci-deployer", "--id-token-file", mint(idpClient, "refs/heads/main"))...)
+		out, err := e.limenAs(t, home, append(loginArgs, "--bot", "ci-deployer", "--id-token-file", mint("refs/heads/main"))...)
 		if err != nil || !strings.Contains(out, "as bot:ci-deployer") {
 			t.Fatalf("keyless bot login: %v %q", err, out)
 		}
@@ -369,9 +370,34 @@ func TestOIDCSignInAndBots(t *testing.T) {
 		// Another branch of the same repository does not match the bot's
 		// rule in policy.
 		if _, err := e.limenAs(t, filepath.Join(e.Dir, "home-ci-branch"), append(loginArgs, "--bot", "ci-deployer",
-			"--id-token-file", mint(idpClient, "refs/heads/feature"))...); err == nil || !strings.Contains(err.Error(), "policy does not let") {
+			"--id-token-file", mint("refs/heads/feature"))...); err == nil || !strings.Contains(err.Error(), "policy does not let") {
 			t.Fatalf("a feature-branch token logged in as ci-deployer: %v", err)
 		}
+		// The client rules apply to CI tokens too: two audiences without azp.
+		if _, err := e.limenAs(t, filepath.Join(e.Dir, "home-ci-aud"), append(loginArgs, "--bot", "ci-deployer",
+			"--id-token-file", mint("refs/heads/main", "aud", []any{idpClient, "other"}))...); err == nil || !strings.Contains(err.Error(), "rule aud") {
+			t.Fatalf("a token with two audiences and no azp: %v", err)
+		}
+		// A lock on the bot refuses it; the user of the same name is not
+		// locked with it.
+		if _, err := e.limenAs(t, admin, "lock", "bot:ci-deployer", "--reason", "e2e bot lock"); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, func() string {
+			if _, stderr, code := kubectl(t, kc, "", "-n", ns, "get", "configmaps"); code == 0 || !strings.Contains(stderr, "e2e bot lock") {
+				return fmt.Sprintf("locked bot:ci-deployer: exit %d, stderr %q; want a refusal naming the lock", code, stderr)
+			}
+			return ""
+		})
+		if _, err := e.limenAs(t, admin, "unlock", "bot:ci-deployer"); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, func() string {
+			if _, stderr, code := kubectl(t, kc, "", "-n", ns, "get", "configmaps"); code != 0 {
+				return fmt.Sprintf("unlocked bot: exit %d: %s", code, stderr)
+			}
+			return ""
+		})
 	})
 
 	t.Run("removed bot", func(t *testing.T) {

@@ -121,15 +121,16 @@ func (p *IdP) RemoveUser(email string) {
 
 // WorkloadToken mints an ID token for a CI job, as a CI system's workload
 // identity does: issuer p.URL, audience aud, the given claims (for example
-// repository and ref), signed with the key the JWKS publishes.
+// repository and ref; they override the standard claims), signed with the
+// key the JWKS publishes.
 func (p *IdP) WorkloadToken(aud, subject string, claims map[string]any, ttl time.Duration) (string, error) {
 	now := time.Now()
-	c := map[string]any{}
+	c := map[string]any{"iss": p.URL, "sub": subject, "aud": aud, "iat": now.Unix(), "nbf": now.Unix(), "exp": now.Add(ttl).Unix()}
+	// claims may override the standard ones, so that tests can mint tokens
+	// a CI system should never issue (several audiences, another issuer).
 	for k, v := range claims {
 		c[k] = v
 	}
-	c["iss"], c["sub"], c["aud"] = p.URL, subject, aud
-	c["iat"], c["nbf"], c["exp"] = now.Unix(), now.Unix(), now.Add(ttl).Unix()
 	payload, err := json.Marshal(c)
 	if err != nil {
 		return "", err
