@@ -48,11 +48,7 @@ func NewProvider(ctx context.Context, cfg ProviderConfig) (*Provider, error) {
 	if hc == nil {
 		hc = http.DefaultClient
 	}
-	dp, err := oidc.NewProvider(oidc.ClientContext(ctx, hc), cfg.Issuer)
-	if err != nil {
-		return nil, fmt.Errorf("oidc: discover issuer %s: %w", cfg.Issuer, err)
-	}
-	v, err := Discover(ctx, cfg.Issuer, cfg.ClientID, hc)
+	dp, v, err := discover(ctx, cfg.Issuer, cfg.ClientID, hc)
 	if err != nil {
 		return nil, err
 	}
@@ -158,19 +154,28 @@ func (p *Provider) DeviceToken(ctx context.Context, deviceCode string, interval 
 // keys from the issuer's JWKS; for CI workload tokens, which come from a
 // provider Limen never runs a flow with.
 func Discover(ctx context.Context, issuer, clientID string, hc *http.Client) (*Verifier, error) {
+	_, v, err := discover(ctx, issuer, clientID, hc)
+	return v, err
+}
+
+func discover(ctx context.Context, issuer, clientID string, hc *http.Client) (*oidc.Provider, *Verifier, error) {
 	if hc == nil {
 		hc = http.DefaultClient
 	}
 	dp, err := oidc.NewProvider(oidc.ClientContext(ctx, hc), issuer)
 	if err != nil {
-		return nil, fmt.Errorf("oidc: discover issuer %s: %w", issuer, err)
+		return nil, nil, fmt.Errorf("oidc: discover issuer %s: %w", issuer, err)
 	}
 	var meta struct {
 		JWKS string   `json:"jwks_uri"`
 		Algs []string `json:"id_token_signing_alg_values_supported"`
 	}
 	if err := dp.Claims(&meta); err != nil || meta.JWKS == "" {
-		return nil, fmt.Errorf("oidc: issuer %s: discovery document has no jwks_uri", issuer)
+		return nil, nil, fmt.Errorf("oidc: issuer %s: discovery document has no jwks_uri", issuer)
 	}
-	return NewVerifier(issuer, clientID, oidc.NewRemoteKeySet(oidc.ClientContext(context.Background(), hc), meta.JWKS), meta.Algs, nil)
+	// The key set outlives ctx (it refetches keys on rotation), so it gets
+	// a background context carrying only the HTTP client.
+	keys := oidc.NewRemoteKeySet(oidc.ClientContext(context.Background(), hc), meta.JWKS)
+	v, err := NewVerifier(issuer, clientID, keys, meta.Algs, nil)
+	return dp, v, err
 }

@@ -333,3 +333,32 @@ func contains(list []string, s string) bool {
 	}
 	return false
 }
+
+// FuzzPrincipal: whatever claims a verified token carries, a principal the
+// mapping accepts is valid, and it was accepted only with email_verified
+// the boolean true when the token had an email.
+func FuzzPrincipal(f *testing.F) {
+	for _, s := range []string{`{"email":"a@x","email_verified":true,"groups":["g"]}`, `{"email":"a@x","email_verified":"true"}`,
+		`{"email":"a:b","email_verified":true}`, `{"email":"a@x","email_verified":true,"groups":[1]}`, `{"email":null}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, payload []byte) {
+		var claims map[string]any
+		if json.Unmarshal(payload, &claims) != nil {
+			return
+		}
+		p, err := DefaultMapping().Principal("user", claims)
+		if err != nil {
+			if RuleOf(err) == "" {
+				t.Fatalf("refusal without a rule: %v", err)
+			}
+			return
+		}
+		if verr := p.Validate(); verr != nil {
+			t.Fatalf("accepted an invalid principal %+v: %v", p, verr)
+		}
+		if v, ok := claims["email_verified"].(bool); !ok || !v {
+			t.Fatalf("accepted %q without email_verified true", payload)
+		}
+	})
+}
