@@ -186,13 +186,10 @@ func TestRuleAZP(t *testing.T) {
 		{name: "azp a list", edit: set([]any{"limen"}, "limen"), want: RuleAZP},
 		{name: "azp a number", edit: set(7, "limen"), want: RuleAZP},
 		{name: "azp null", edit: set(nil, "limen"), want: RuleAZP},
-		{name: "azp empty", edit: set("", []any{"limen", ""}), want: RuleAud},
+		{name: "azp empty", edit: set("", []any{"limen", ""}), want: RuleAudience},
 		{name: "azp empty, aud one", edit: set("", "limen"), want: RuleAZP},
 	})
 }
-
-// RuleAud is an alias so the table reads like the rule list.
-const RuleAud = RuleAudience
 
 // TestRuleAudience: without azp, aud is a string or a list of exactly one;
 // several audiences without azp are refused in any order.

@@ -120,18 +120,34 @@ func (lp *limenProcess) wait(t *testing.T) (string, error) {
 	}
 }
 
-// browser is a headless Chromium for the IdP's pages.
+// browser starts one headless Chromium for the test's sign-ins (each
+// sign-in opens a tab of its own: see tab). Starting it once keeps a loaded
+// machine from timing out on several browser starts.
 func browser(t *testing.T) context.Context {
 	t.Helper()
 	if _, err := os.Stat(chromium); err != nil {
 		t.Fatalf("the browser tests need Debian's chromium at %s (apt-get install chromium): %v", chromium, err)
 	}
 	opts := append(slices.Clone(chromedp.DefaultExecAllocatorOptions[:]), chromedp.ExecPath(chromium), chromedp.NoSandbox,
-		chromedp.Headless)
+		chromedp.Headless, chromedp.WSURLReadTimeout(time.Minute))
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancelCtx := chromedp.NewContext(actx)
+	// Start the browser now, so that a failure to start is reported here.
+	if err := chromedp.Do(ctx); err != nil {
+		cancelCtx()
+		cancelAlloc()
+		t.Fatalf("start %s: %v", chromium, err)
+	}
+	t.Cleanup(func() { cancelCtx(); cancelAlloc() })
+	return ctx
+}
+
+// tab opens a new tab of the browser for one sign-in.
+func tab(t *testing.T, browser context.Context) context.Context {
+	t.Helper()
+	ctx, cancelTab := chromedp.NewContext(browser)
 	ctx, cancelTimeout := context.WithTimeout(ctx, 90*time.Second)
-	t.Cleanup(func() { cancelTimeout(); cancelCtx(); cancelAlloc() })
+	t.Cleanup(func() { cancelTimeout(); cancelTab() })
 	return ctx
 }
 
@@ -206,6 +222,7 @@ func TestOIDCSignInAndBots(t *testing.T) {
 	e.idp.AddUser(idp.User{Email: "dave@example.com", Password: "dave-password", Groups: []string{"dev"}})
 	e.idp.AddUser(idp.User{Email: "erin@example.com", Password: "erin-password", Groups: []string{"sales"}})
 	loginArgs := []string{"login", "--proxy", e.ProxyAddr, "--ca-fingerprint", e.Fingerprint}
+	chrome := browser(t)
 
 	t.Run("code flow", func(t *testing.T) {
 		home := filepath.Join(e.Dir, "home-carol")
@@ -214,7 +231,7 @@ func TestOIDCSignInAndBots(t *testing.T) {
 		if !strings.HasPrefix("http"+url, e.idp.URL+"/") || !strings.Contains(url, "code_challenge_method=S256") {
 			t.Fatalf("sign-in URL %q: want the IdP's authorization endpoint with PKCE", "http"+url)
 		}
-		got := signInWithBrowser(t, browser(t), "http"+url, "carol@example.com", "carol-password", "limen-result")
+		got := signInWithBrowser(t, tab(t, chrome), "http"+url, "carol@example.com", "carol-password", "limen-result")
 		if !strings.Contains(got, "Signed in") {
 			t.Fatalf("loopback page says %q", got)
 		}
@@ -234,7 +251,7 @@ func TestOIDCSignInAndBots(t *testing.T) {
 		home := filepath.Join(e.Dir, "home-erin")
 		lp := e.startLimen(t, home, append(loginArgs, "--oidc", "--no-browser")...)
 		url := "http" + lp.line(t, "http")
-		signInWithBrowser(t, browser(t), url, "erin@example.com", "erin-password", "limen-result")
+		signInWithBrowser(t, tab(t, chrome), url, "erin@example.com", "erin-password", "limen-result")
 		if _, err := lp.wait(t); err != nil {
 			t.Fatal(err)
 		}
@@ -249,7 +266,7 @@ func TestOIDCSignInAndBots(t *testing.T) {
 		lp := e.startLimen(t, home, append(loginArgs, "--oidc", "--device")...)
 		lp.line(t, "To sign in, open")
 		complete := lp.line(t, "or open ")
-		signInWithBrowser(t, browser(t), complete, "dave@example.com", "dave-password", "done")
+		signInWithBrowser(t, tab(t, chrome), complete, "dave@example.com", "dave-password", "done")
 		out, err := lp.wait(t)
 		if err != nil || !strings.Contains(out, "as user:dave@example.com") {
 			t.Fatalf("limen login --oidc --device: %v: %q", err, out)
@@ -266,7 +283,7 @@ func TestOIDCSignInAndBots(t *testing.T) {
 		home := filepath.Join(e.Dir, "home-carol-again")
 		lp := e.startLimen(t, home, append(loginArgs, "--oidc", "--no-browser", "--oidc-timeout", "5s")...)
 		url := "http" + lp.line(t, "http")
-		if got := signInWithBrowser(t, browser(t), url, "carol@example.com", "carol-password", "error"); !strings.Contains(got, "unknown user") {
+		if got := signInWithBrowser(t, tab(t, chrome), url, "carol@example.com", "carol-password", "error"); !strings.Contains(got, "unknown user") {
 			t.Fatalf("the IdP's page says %q", got)
 		}
 		if out, err := lp.wait(t); err == nil {
