@@ -17,9 +17,32 @@ errors contains "data.limen.config must be an object with \"roles\" and \"bindin
 	not is_object(config)
 }
 
-errors contains sprintf("data.limen.config has unknown key %q (allowed: roles, bindings)", [key]) if {
+errors contains sprintf("data.limen.config has unknown key %q (allowed: roles, bindings, bots)", [key]) if {
 	some key, _ in config
-	not key in {"roles", "bindings"}
+	not key in {"roles", "bindings", "bots"}
+}
+
+# bots.<name>.oidc lists the CI tokens that log the bot in (bots.rego): each
+# entry names a --ci-issuer and the claims, at least one, that must be equal.
+errors contains sprintf("bots.%s has unknown key %q (allowed: oidc)", [name, key]) if {
+	some name, bot in config.bots
+	some key, _ in bot
+	key != "oidc"
+}
+
+errors contains sprintf("bots.%s.oidc[%d] needs a string \"issuer\" and a non-empty \"claims\" object of strings", [name, i]) if {
+	some name, bot in config.bots
+	some i, rule in bot.oidc
+	not valid_bot_oidc(rule)
+}
+
+valid_bot_oidc(rule) if {
+	is_string(rule.issuer)
+	is_object(rule.claims)
+	count(rule.claims) > 0
+	every _, v in rule.claims {
+		is_string(v)
+	}
 }
 
 errors contains sprintf("role %q must be an object with \"groups\" and \"clusters\"", [name]) if {

@@ -20,7 +20,7 @@ test_config_not_object if {
 }
 
 test_unknown_top_level_key if {
-	errors_for({"roles": {}, "bindings": {}, "rolez": {}}) == {`data.limen.config has unknown key "rolez" (allowed: roles, bindings)`}
+	errors_for({"roles": {}, "bindings": {}, "rolez": {}}) == {`data.limen.config has unknown key "rolez" (allowed: roles, bindings, bots)`}
 }
 
 test_empty_selector_refused if {
@@ -59,4 +59,12 @@ test_bad_admin_list if {
 test_unknown_role_key if {
 	errs := errors_for({"roles": {"r": {"groups": [], "clusters": [], "group": ["x"]}}})
 	errs == {`role "r" has unknown key "group" (allowed: description, groups, clusters, admin)`}
+}
+
+test_bot_oidc_rules if {
+	errors_for({"roles": {}, "bindings": {}, "bots": {"ci": {"oidc": [{"issuer": "github", "claims": {"repository": "a/b"}}]}}}) == set()
+	errors_for({"roles": {}, "bindings": {}, "bots": {"ci": {"oidc": [{"issuer": "github", "claims": {}}]}}}) == {`bots.ci.oidc[0] needs a string "issuer" and a non-empty "claims" object of strings`}
+	errors_for({"roles": {}, "bindings": {}, "bots": {"ci": {"oidc": [{"issuer": 1, "claims": {"a": "b"}}]}}}) == {`bots.ci.oidc[0] needs a string "issuer" and a non-empty "claims" object of strings`}
+	errors_for({"roles": {}, "bindings": {}, "bots": {"ci": {"oidc": [{"issuer": "x", "claims": {"a": ["b"]}}]}}}) == {`bots.ci.oidc[0] needs a string "issuer" and a non-empty "claims" object of strings`}
+	errors_for({"roles": {}, "bindings": {}, "bots": {"ci": {"keys": []}}}) == {`bots.ci has unknown key "keys" (allowed: oidc)`}
 }

@@ -117,7 +117,7 @@ exits non-zero and says to run limen login.`,
 			if err != nil {
 				return err
 			}
-			creds, err := p.Credentials(time.Now())
+			creds, err := pluginCredentials(cmd.Context(), p, time.Now())
 			if err != nil {
 				return err
 			}

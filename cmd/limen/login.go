@@ -37,12 +37,16 @@ system roots.`,
 	f.String("ca-file", "", "PEM file with the proxy's CA")
 	f.String("ca-fingerprint", "", "SHA-256 fingerprint of the proxy's CA, as limen proxy prints it")
 	f.Duration("ttl", 0, "ask for a certificate shorter than the proxy's maximum")
+	addLoginIdentityFlags(f)
 	return cmd
 }
 
 func runLogin(cmd *cobra.Command, _ []string) error {
 	v, err := loadConfig(cmd)
 	if err != nil {
+		return err
+	}
+	if done, err := loginOther(cmd, v); done {
 		return err
 	}
 	p, home, err := openProfile(v.GetString("proxy"))

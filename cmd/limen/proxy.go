@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/limenhq/limen/gateway/ca"
+	"github.com/limenhq/limen/gateway/oidc"
 	"github.com/limenhq/limen/gateway/policy"
 	"github.com/limenhq/limen/gateway/proxy"
 	"github.com/limenhq/limen/gateway/telemetry"
@@ -38,6 +39,10 @@ type proxyConfig struct {
 	ShutdownTimeout time.Duration
 	// Storage is the size limits of the audit database and recording store.
 	Storage proxyStorage
+	// OIDC and CIIssuers configure sign-in through an identity provider
+	// and keyless bot logins (proxy_identity.go).
+	OIDC      *oidc.ProviderConfig
+	CIIssuers []proxy.CIIssuer
 }
 
 func newProxyCmd() *cobra.Command {
@@ -91,6 +96,7 @@ cannot fill the audit store.`,
 	f.Duration("denied-audit-interval", lim.DeniedInterval, "refusals of clients without a valid certificate are stored as one auth.denied per address and kind per interval, with a count")
 	addProxyStorageFlags(f)
 	addShutdownFlags(f, proxy.DefaultShutdownTimeout, false)
+	addIdentityFlags(f)
 	addPolicyFlags(f)
 	addDebugFlags(f)
 	addTelemetryFlags(f)
@@ -123,6 +129,9 @@ func loadProxyConfig(cmd *cobra.Command) (proxyConfig, error) {
 		return c, err
 	}
 	if c.ShutdownTimeout, err = shutdownTimeout(v); err != nil {
+		return c, err
+	}
+	if c.OIDC, c.CIIssuers, err = loadIdentity(v); err != nil {
 		return c, err
 	}
 	return c, c.validate()
@@ -214,7 +223,7 @@ func (c proxyConfig) gateway(popts policy.Options, log *slog.Logger) proxy.Confi
 			ServerNames: c.ServerNames, UserCertTTL: c.UserCertTTL, WorkerCertTTL: c.WorkerCertTTL},
 		Clusters: c.Clusters, ClusterLabels: c.ClusterLabels, GrantTTL: c.GrantTTL,
 		Limits: c.Limits, ShutdownTimeout: c.ShutdownTimeout, AuditMaxBytes: c.Storage.AuditMaxBytes, RecordingStoreMaxBytes: c.Storage.RecordingStoreMaxBytes,
-		Policy: popts, Logger: log,
+		Policy: popts, Logger: log, OIDC: c.OIDC, CIIssuers: c.CIIssuers,
 	}
 }
 

@@ -15,11 +15,13 @@ import (
 	"time"
 
 	"github.com/limenhq/limen/gateway/audit"
+	"github.com/limenhq/limen/gateway/bots"
 	"github.com/limenhq/limen/gateway/ca"
 	"github.com/limenhq/limen/gateway/enroll"
 	"github.com/limenhq/limen/gateway/identity"
 	"github.com/limenhq/limen/gateway/internal/apihttp"
 	"github.com/limenhq/limen/gateway/locks"
+	"github.com/limenhq/limen/gateway/oidc"
 	"github.com/limenhq/limen/gateway/users"
 )
 
@@ -62,6 +64,15 @@ type Config struct {
 	// OnLogin, if set, is told of each password login's result: "ok",
 	// "bad_credentials", "rate_limited" or "unavailable" (metrics).
 	OnLogin func(result string)
+	// OIDC, when set, signs people in through an OpenID Connect provider
+	// (oidc.go).
+	OIDC *oidc.Provider
+	// Bots, when set, serves bot logins and the bot admin endpoints; CI
+	// lists the trusted CI issuers for keyless bot logins and BotPolicy
+	// matches their tokens to bots (bots.go).
+	Bots      *bots.Store
+	CI        []CIIssuer
+	BotPolicy BotPolicy
 }
 
 // Handler serves the identity API. Mount it at "/v1/".
@@ -98,6 +109,10 @@ func New(cfg Config) (*Handler, error) {
 	api.Admin("PUT "+PathUsers+"/{name}/password", ActionUsersPasswd, h.setPassword)
 	api.Admin("GET "+PathTokens, ActionTokensList, h.listTokens)
 	api.Admin("POST "+PathTokens, ActionTokensCreate, h.createToken)
+	h.mountOIDC()
+	if err := h.mountBots(); err != nil {
+		return nil, err
+	}
 	return h, nil
 }
 

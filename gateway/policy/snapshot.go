@@ -20,6 +20,8 @@ const (
 	queryClusters = "data.limen.kube.clusters"
 	queryAdmin    = "data.limen.admin.allow"
 	queryErrors   = "data.limen.validate.errors"
+	// queryBotOIDC is optional: without it no CI token logs a bot in.
+	queryBotOIDC = "data.limen.bots.oidc_login"
 )
 
 // snapshot is one activated bundle: its queries prepared once, its data in
@@ -33,6 +35,7 @@ type snapshot struct {
 	grants    *rego.PreparedEvalQuery
 	clusters  rego.PreparedEvalQuery
 	admin     rego.PreparedEvalQuery
+	botOIDC   *rego.PreparedEvalQuery
 	cache     *decisionCache
 }
 
@@ -88,6 +91,13 @@ func compile(ctx context.Context, c content, cacheEntries int) (*snapshot, error
 			return nil, err
 		}
 		s.grants = &g
+	}
+	if len(compiler.GetRulesExact(ast.MustParseRef(queryBotOIDC))) > 0 {
+		b, err := prepare(queryBotOIDC)
+		if err != nil {
+			return nil, err
+		}
+		s.botOIDC = &b
 	}
 	if err := checkData(ctx, prepare); err != nil {
 		return nil, err

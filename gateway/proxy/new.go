@@ -17,11 +17,13 @@ import (
 	"github.com/limenhq/limen/gateway/adminapi"
 	"github.com/limenhq/limen/gateway/audit"
 	"github.com/limenhq/limen/gateway/authapi"
+	"github.com/limenhq/limen/gateway/bots"
 	"github.com/limenhq/limen/gateway/ca"
 	"github.com/limenhq/limen/gateway/enroll"
 	"github.com/limenhq/limen/gateway/identity"
 	"github.com/limenhq/limen/gateway/kpath"
 	"github.com/limenhq/limen/gateway/locks"
+	"github.com/limenhq/limen/gateway/oidc"
 	"github.com/limenhq/limen/gateway/policy"
 	"github.com/limenhq/limen/gateway/recstore"
 	"github.com/limenhq/limen/gateway/sessions"
@@ -66,6 +68,11 @@ type Config struct {
 	// Metrics counts logins (and, set on Kube, requests); nil counts
 	// nothing.
 	Metrics *telemetry.Metrics
+	// OIDC, when set, signs people in through an OpenID Connect provider;
+	// CIIssuers are the CI systems whose workload tokens may log bots in
+	// (identity.go).
+	OIDC      *oidc.ProviderConfig
+	CIIssuers []CIIssuer
 }
 
 func (c Config) now() func() time.Time {
@@ -98,6 +105,11 @@ type Server struct {
 	Locks    *locks.Store
 	LockSet  *locks.Set
 	Sessions *sessions.Registry
+	// Bots is the bot directory; OIDC the sign-in provider (nil when not
+	// configured), which the console uses for its own sign-in.
+	Bots *bots.Store
+	OIDC *oidc.Provider
+	ci   []authapi.CIIssuer
 
 	recordings *recstore.Store
 	control    *workerRouter
@@ -161,6 +173,9 @@ func New(ctx context.Context, c Config) (_ *Server, err error) {
 		return nil, err
 	}
 	if err := s.openLocks(ctx, c.DataDir); err != nil {
+		return nil, err
+	}
+	if err := s.openIdentity(ctx, c); err != nil {
 		return nil, err
 	}
 	s.Kube = s.newKube(c)
@@ -257,7 +272,8 @@ func (s *Server) mountAPIs(c Config) error {
 	api, err := authapi.New(authapi.Config{CA: s.CA, Users: s.Users, Tokens: s.Tokens, Admin: s.Policy,
 		Clusters: configuredClusters{engine: s.Policy, names: c.Clusters, labels: c.ClusterLabels}, Workers: s.Tunnel,
 		Audit: s.Denials, Locks: s.LockSet, Now: c.Now, Logger: s.log,
-		OnLogin: func(result string) { c.Metrics.Login(context.Background(), "password", result) }})
+		OnLogin: func(result string) { c.Metrics.Login(context.Background(), "password", result) },
+		OIDC:    s.OIDC, Bots: s.Bots, CI: s.ci, BotPolicy: s.Policy})
 	if err != nil {
 		return err
 	}
@@ -321,6 +337,9 @@ func (s *Server) Close() {
 	}
 	if s.Tokens != nil {
 		s.Tokens.Close()
+	}
+	if s.Bots != nil {
+		s.Bots.Close()
 	}
 	if s.Sessions != nil {
 		s.Sessions.Close()
