@@ -203,12 +203,22 @@ func New(cfg Config) (*Handler, error) {
 	return h, nil
 }
 
+// csp is every page's Content-Security-Policy: nothing from another origin,
+// no inline script or style, never framed.
+const csp = "default-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
+
+// cspPlayer is the recording page's: the same, and WebAssembly, which
+// asciinema-player's terminal emulator is compiled to. 'wasm-unsafe-eval'
+// lets a page compile WebAssembly modules; it allows no JavaScript eval and
+// no inline script, and the module comes from the vendored player itself.
+const cspPlayer = "default-src 'self'; script-src 'self' 'wasm-unsafe-eval'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
+
 // ServeHTTP implements http.Handler: every answer carries the console's
 // security headers.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hd := w.Header()
 	// No inline script or style, nothing from another origin, never framed.
-	hd.Set("Content-Security-Policy", "default-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'")
+	hd.Set("Content-Security-Policy", csp)
 	hd.Set("X-Content-Type-Options", "nosniff")
 	hd.Set("X-Frame-Options", "DENY")
 	hd.Set("Referrer-Policy", "no-referrer")

@@ -249,6 +249,7 @@ func (h *Handler) recordingPage(w http.ResponseWriter, r *http.Request, s *signi
 		return
 	}
 	rc.Close()
+	w.Header().Set("Content-Security-Policy", cspPlayer)
 	h.render(w, r, http.StatusOK, "recording", s, struct {
 		Row recordingRow
 		Src string
