@@ -19,7 +19,7 @@ demo: cluster-build ## run Limen end to end: control plane, proxy, worker, users
 build: ## build bin/limen
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/limen ./cmd/limen
 
-test: lint opa-test cluster-build $(BIN)/helm ## everything CI runs: lint, unit tests, control-plane smoke and e2e tests (Helm chart and image included)
+test: lint opa-test console-player-check cluster-build $(BIN)/helm ## everything CI runs: lint, the console player check, unit tests, control-plane smoke and e2e tests (Helm chart and image included)
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 unit: ## unit tests only (no control plane)

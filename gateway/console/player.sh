@@ -17,7 +17,9 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 (cd "$tmp" && npm pack --silent "asciinema-player@$version" >/dev/null)
 tgz="$tmp/asciinema-player-$version.tgz"
-got="sha512-$(openssl dgst -sha512 -binary "$tgz" | base64 -w0)"
+# node comes with npm: no other tool needed.
+got=$(node -e 'const c = require("crypto"), f = require("fs");
+  console.log("sha512-" + c.createHash("sha512").update(f.readFileSync(process.argv[1])).digest("base64"))' "$tgz")
 if [ "$got" != "$want" ]; then
   echo "asciinema-player@$version: tarball integrity $got, pinned $want" >&2
   exit 1

@@ -105,6 +105,19 @@ func eval[T any](t *testing.T, ctx context.Context, js string) T {
 	return get(t, ctx, "evaluate "+js, chromedp.Evaluate[T](js, chromedp.EvalAwaitPromise))
 }
 
+// waitJS waits until the JavaScript condition holds on the page, polling:
+// after a click, the old page may still be the one answering.
+func waitJS(t *testing.T, ctx context.Context, what, cond string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !eval[bool](t, ctx, "document.readyState === 'complete' && ("+cond+")") {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %s did not hold within 10s; the page says:\n%s", what, cond, text(t, ctx, "main"))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // screenshot saves the page at 1280 and at 400 px wide, and fails if at
 // 400 px the page is wider than the window: it must work there.
 func screenshot(t *testing.T, ctx context.Context, name string) {
@@ -135,8 +148,9 @@ func signIn(t *testing.T, ctx context.Context, base, user, password string) {
 		chromedp.SendKeys("#user", user, css("#user")),
 		chromedp.SendKeys("#password", password, css("#password")),
 		chromedp.Submit("#signin", css("#signin")),
-		chromedp.WaitReady("body", css("body")),
 	)
+	// The answer is another page, or the sign-in page again with why.
+	waitJS(t, ctx, "sign in as "+user, `location.pathname !== '/console/signin' || !!document.getElementById('why')`)
 }
 
 func password(user string) string {
@@ -254,9 +268,9 @@ func TestConsole(t *testing.T) {
 	})
 
 	t.Run("kill the session from the UI; kubectl exec ends within 1s", func(t *testing.T) {
-		// A second tab watches live: its view must end with the session.
-		watcher, cancel := chromedp.NewContext(admin)
-		defer cancel()
+		// A second browser watches live: its view must end with the session.
+		watcher := browser(t)
+		signIn(t, watcher, base, "admin", password("admin"))
 		run(t, watcher, "open the live view", chromedp.Navigate(base+"/console/sessions/"+id+"/live"),
 			chromedp.WaitVisible("#live-output", css("#live-output")))
 		run(t, admin, "open Sessions", chromedp.Navigate(base+"/console/sessions"),
@@ -269,9 +283,7 @@ func TestConsole(t *testing.T) {
 		case <-time.After(5 * time.Second):
 			t.Fatal("kubectl exec still runs 5s after Kill was clicked")
 		}
-		if got := text(t, admin, "main"); !strings.Contains(got, "Session "+id+" killed.") {
-			t.Errorf("after Kill the page says %q", got)
-		}
+		waitJS(t, admin, "after Kill", fmt.Sprintf(`(document.querySelector('.done') || {}).textContent === 'Session %s killed.'`, id))
 		deadline := time.Now().Add(10 * time.Second)
 		for eval[string](t, watcher, "document.getElementById('live-output').dataset.ended || ''") != "killed" {
 			if time.Now().After(deadline) {
@@ -310,8 +322,8 @@ func TestConsole(t *testing.T) {
 	t.Run("search the audit trail for the session", func(t *testing.T) {
 		run(t, admin, "search", chromedp.Navigate(base+"/console/audit"), chromedp.WaitVisible(`input[name="session"]`, css(`input[name="session"]`)),
 			chromedp.SendKeys(`input[name="session"]`, id, css(`input[name="session"]`)),
-			chromedp.Click(`form.filters button[type="submit"]`, css(`form.filters button[type="submit"]`)),
-			chromedp.WaitVisible("#audit", css("#audit")))
+			chromedp.Click(`form.filters button[type="submit"]`, css(`form.filters button[type="submit"]`)))
+		waitJS(t, admin, "the audit search", fmt.Sprintf(`location.search.includes(%q) && !!document.getElementById('audit')`, id))
 		table := text(t, admin, "#audit")
 		for _, want := range []string{"session.start", "session.kill", "session.observe"} {
 			if !strings.Contains(table, want) {
@@ -344,8 +356,8 @@ func TestConsole(t *testing.T) {
 		if code == 0 || !strings.Contains(stderr, "console incident 16") {
 			t.Fatalf("locked alice: exit %d, stderr %q; want a refusal naming the reason", code, stderr)
 		}
-		run(t, admin, "unlock alice", chromedp.Click(`button[aria-label="Unlock user alice"]`, css(`button[aria-label="Unlock user alice"]`)),
-			chromedp.WaitVisible(".done", css(".done")))
+		run(t, admin, "unlock alice", chromedp.Click(`button[aria-label="Unlock user alice"]`, css(`button[aria-label="Unlock user alice"]`)))
+		waitJS(t, admin, "after Unlock", `(document.querySelector('.done') || {}).textContent === 'Unlocked user alice.'`)
 		if _, stderr, code := kubectl(t, kc, "", "-n", ns, "get", "pods"); code != 0 {
 			t.Fatalf("unlocked alice: exit %d, stderr %q", code, stderr)
 		}
