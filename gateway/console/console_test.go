@@ -38,7 +38,9 @@ type env struct {
 	regist *sessions.Registry
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t *testing.T) *env { return newEnvWith(t, nil) }
+
+func newEnvWith(t *testing.T, access console.AccessFunc) *env {
 	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -80,7 +82,7 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	h, err := console.New(console.Config{Users: e.users, Admin: pol, Locks: e.locks, Audit: e.audit, Events: e.audit,
-		Recordings: recs, Sessions: e.regist, Control: e.admin, Now: func() time.Time { return e.clock }})
+		Recordings: recs, Sessions: e.regist, Control: e.admin, Access: access, Now: func() time.Time { return e.clock }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,5 +280,43 @@ func TestPagesNeedPolicy(t *testing.T) {
 	}
 	if st, _, _ := page(t, anon, e, "/console/api/sessions"); st != http.StatusUnauthorized {
 		t.Errorf("signed out, sessions JSON: %d, want 401", st)
+	}
+}
+
+// The "what may I do" page renders the three answers of #13's computation,
+// asked for the signed-in person through the client they name, not through
+// the console. The computation is a stand-in here (#13 builds it); without
+// one, the page says it is not wired.
+func TestAccessPage(t *testing.T) {
+	var asked identity.Principal
+	stand := func(_ context.Context, p identity.Principal, cluster, ns, client string) (console.AccessReport, error) {
+		asked = p
+		return console.AccessReport{Cluster: cluster, Namespace: ns, Client: client, User: "bob", Groups: []string{"limen:view"},
+			Rules: []console.AccessRule{
+				{Verbs: []string{"get", "list"}, Resources: []string{"pods"}, Answer: console.AnswerAllowed},
+				{Verbs: []string{"delete"}, Resources: []string{"pods"}, Answer: console.AnswerRefusedK8s, Reason: "RBAC: no rule"},
+				{Verbs: []string{"create"}, Resources: []string{"pods/exec"}, Answer: console.AnswerOutOfScope, Reason: "not in the scope of grafana"},
+			}}, nil
+	}
+	e := newEnvWith(t, stand)
+	c := e.client(t)
+	signIn(t, c, e, "bob", "bob-password-1")
+	st, body, _ := page(t, c, e, "/console/access?cluster=demo&namespace=default&client=grafana")
+	if st != http.StatusOK {
+		t.Fatalf("access page: %d", st)
+	}
+	for _, want := range []string{console.AnswerAllowed, "refused by Kubernetes", console.AnswerOutOfScope, "not in the scope of grafana", "limen:view"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the access page lacks %q", want)
+		}
+	}
+	if asked.Name != "bob" || asked.ClientID != "grafana" {
+		t.Errorf("asked for %+v, want bob through grafana", asked)
+	}
+	unwired := newEnv(t)
+	c = unwired.client(t)
+	signIn(t, c, unwired, "bob", "bob-password-1")
+	if _, body, _ := page(t, c, unwired, "/console/access?cluster=demo"); !strings.Contains(body, "access-unwired") {
+		t.Error("without the computation, the access page does not say it is not wired")
 	}
 }
