@@ -320,3 +320,31 @@ func TestAccessPage(t *testing.T) {
 		t.Error("without the computation, the access page does not say it is not wired")
 	}
 }
+
+// Sessions the registry no longer remembers come from the audit trail:
+// their owner sees them, another user does not, an admin does.
+func TestEndedSessionsFromTheAuditTrail(t *testing.T) {
+	e := newEnv(t)
+	code := 0
+	err := e.audit.Emit(context.Background(), audit.Event{Type: audit.TypeSessionEnd, Time: e.clock.Add(-time.Hour),
+		Principal: identity.Principal{Kind: identity.KindUser, Name: "bob"}, Cluster: "demo", SessionID: "old-exec-1",
+		Session: &audit.Session{Kind: sessions.AuditKind, Login: "exec", Target: "ns/pod/c", ExitCode: &code,
+			Duration: time.Minute, EndReason: audit.EndCompleted}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.users.Add(context.Background(), "carol", "carol-password-1", nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		user, pw string
+		sees     bool
+	}{{"bob", "bob-password-1", true}, {"carol", "carol-password-1", false}, {"dana", "dana-password-1", true}} {
+		c := e.client(t)
+		signIn(t, c, e, tc.user, tc.pw)
+		_, body, _ := page(t, c, e, "/console/api/sessions")
+		if got := strings.Contains(body, "old-exec-1"); got != tc.sees {
+			t.Errorf("%s sees bob's ended session: %v, want %v\n%s", tc.user, got, tc.sees, body)
+		}
+	}
+}

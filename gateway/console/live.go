@@ -127,10 +127,11 @@ func (h *Handler) liveSocket(w http.ResponseWriter, r *http.Request, s *signin) 
 // stream src; stdin is never in a recording, and any other code is
 // skipped. It returns "" at the stream's end, or why it stopped early.
 func (h *Handler) relayLive(src io.Reader, send func(liveMessage) error) string {
-	rd, err := recording.NewReader(src)
+	counted := &counter{r: src}
+	rd, err := recording.NewReader(counted)
 	if err != nil {
-		if errors.Is(err, io.EOF) || err.Error() == "asciicast: empty recording" {
-			return ""
+		if counted.n == 0 {
+			return "" // the session ended before its recording had a header
 		}
 		return "the recording could not be read: " + err.Error()
 	}
@@ -158,4 +159,16 @@ func (h *Handler) relayLive(src io.Reader, send func(liveMessage) error) string 
 			return "watcher gone"
 		}
 	}
+}
+
+// counter counts the bytes read through it.
+type counter struct {
+	r io.Reader
+	n int64
+}
+
+func (c *counter) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
 }

@@ -1,6 +1,7 @@
 package console
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -22,6 +23,13 @@ import (
 // owns reports whether p is the user (or bot) whose session or recording
 // it is, whichever client they used.
 func owns(p, owner identity.Principal) bool { return p.Kind == owner.Kind && p.Name == owner.Name }
+
+// recentSessions is how far back the Sessions page lists ended sessions
+// from the audit trail, at most maxRecentSessions of them.
+const (
+	recentSessions    = 24 * time.Hour
+	maxRecentSessions = 500
+)
 
 // sessionRow is one line of the Sessions page and its JSON.
 type sessionRow struct {
@@ -52,6 +60,33 @@ func (h *Handler) visibleSessions(r *http.Request, s *signin) []sessionRow {
 		} else {
 			row.Duration = i.End.Sub(i.Start)
 		}
+		out = append(out, row)
+	}
+	// Sessions ended before this proxy's registry remembers (a restart,
+	// more than it keeps) come from their session.end in the audit trail.
+	seen := map[string]bool{}
+	for _, row := range out {
+		seen[row.ID] = true
+	}
+	q := audit.Query{Type: audit.TypeSessionEnd, Since: now.Add(-recentSessions), Limit: maxRecentSessions}
+	if !all {
+		q.User = s.p.String()
+	}
+	ends, err := h.cfg.Events.Search(r.Context(), q)
+	if err != nil {
+		h.cfg.Logger.Warn("console: recent sessions from the audit trail", "err", err)
+	}
+	for _, e := range ends {
+		if e.Session == nil || seen[e.SessionID] || (!all && !owns(s.p, e.Principal)) {
+			continue
+		}
+		seen[e.SessionID] = true
+		k := sessions.Kind(e.Session.Login)
+		row := sessionRow{Info: sessions.Info{ID: e.SessionID, Principal: e.Principal, Cluster: e.Cluster, Kind: k,
+			Target: e.Session.Target, Start: e.Time.Add(-e.Session.Duration), End: e.Time, BytesIn: e.Session.BytesIn,
+			BytesOut: e.Session.BytesOut, Reason: sessions.Reason(e.Session.EndReason)},
+			Client: cmp.Or(e.Principal.ClientID, "kubectl"), Duration: e.Session.Duration,
+			Streamed: k == sessions.KindExec || k == sessions.KindAttach}
 		out = append(out, row)
 	}
 	// Live first, then the newest.

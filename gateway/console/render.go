@@ -107,13 +107,10 @@ func isAPI(r *http.Request) bool {
 	return strings.HasPrefix(r.URL.Path, Prefix+"api/") || strings.HasSuffix(r.URL.Path, ".ws")
 }
 
-// fail answers an error: JSON for the API, a page otherwise.
+// fail answers an error: JSON for the API and for a state change made
+// without a sign-in (a script's), an error page for what a person sees.
 func (h *Handler) fail(w http.ResponseWriter, r *http.Request, s *signin, status int, msg string) {
-	if isAPI(r) || r.Method != http.MethodGet {
-		if r.Method != http.MethodGet && !isAPI(r) && s != nil {
-			h.render(w, r, status, "error", s, struct{ Status, Message string }{http.StatusText(status), msg})
-			return
-		}
+	if isAPI(r) || (r.Method != http.MethodGet && s == nil) {
 		writeJSON(w, status, map[string]string{"error": msg})
 		return
 	}

@@ -137,6 +137,14 @@ func screenshot(t *testing.T, ctx context.Context, name string) {
 		}
 	}
 	run(t, ctx, "reset viewport", chromedp.EmulateViewport(1280, 900))
+	// Every control has a label (its own text, a <label>, or aria-label),
+	// and none is taken out of the keyboard's reach.
+	unlabelled := eval[[]string](t, ctx, `[...document.querySelectorAll('input:not([type=hidden]), select, textarea, button, a[href]')]
+		.filter(e => !(e.labels && e.labels.length) && !e.getAttribute('aria-label') && !e.textContent.trim() || e.tabIndex < 0)
+		.map(e => e.outerHTML.slice(0, 120))`)
+	if len(unlabelled) > 0 {
+		t.Errorf("%s: controls without a label or out of keyboard reach: %q", name, unlabelled)
+	}
 }
 
 // signIn signs in on the console's sign-in page.
