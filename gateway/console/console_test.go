@@ -348,3 +348,24 @@ func TestEndedSessionsFromTheAuditTrail(t *testing.T) {
 		}
 	}
 }
+
+// Sign-in is rate-limited by the user store, as limen login is: past the
+// burst for a name, even the right password is refused for now.
+func TestSignInRateLimited(t *testing.T) {
+	e := newEnv(t)
+	c := e.client(t)
+	burst := users.DefaultLimits().UserBurst
+	for i := range burst {
+		if resp := signIn(t, c, e, "bob", "wrong-password"); resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("attempt %d: %d, want 401", i+1, resp.StatusCode)
+		}
+	}
+	resp := signIn(t, c, e, "bob", "bob-password-1")
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("past the burst: %d (Retry-After %q), want 429 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	evs, err := e.audit.Search(context.Background(), audit.Query{Type: audit.TypeAuthDenied, Action: audit.ActionLogin})
+	if err != nil || len(evs) != burst+1 {
+		t.Fatalf("%d refused sign-ins audited (%v), want %d", len(evs), err, burst+1)
+	}
+}
