@@ -34,6 +34,9 @@ type signin struct {
 	p       identity.Principal
 	expires time.Time
 	csrf    string
+	// local marks a local user's sign-in (by password), whose user must
+	// still exist on every request.
+	local bool
 }
 
 // signins are the console's sign-ins, kept in memory by the SHA-256 of
@@ -57,9 +60,9 @@ func randomToken() string {
 	return hex.EncodeToString(b)
 }
 
-func (s *signins) add(p identity.Principal, expires time.Time) (token string, si *signin) {
+func (s *signins) add(p identity.Principal, expires time.Time, local bool) (token string, si *signin) {
 	token = randomToken()
-	si = &signin{p: p, expires: expires, csrf: randomToken()}
+	si = &signin{p: p, expires: expires, csrf: randomToken(), local: local}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.m[digest(token)] = si
@@ -105,7 +108,7 @@ func (h *Handler) user(next userHandler) http.HandlerFunc {
 			h.fail(w, r, nil, http.StatusUnauthorized, err.Error()+": sign in again at "+Prefix+"signin")
 			return
 		}
-		if err := h.lockedOrGone(r, s.p); err != nil {
+		if err := h.lockedOrGone(r, s); err != nil {
 			h.cfg.Logger.Info("console: refused a signed-in user", "user", s.p.Name, "err", err)
 			h.deny(r, s.p, "console: "+err.Error())
 			h.dropCookie(w, r)
@@ -170,10 +173,15 @@ func (h *Handler) check(r *http.Request) (*signin, error) {
 	return s, nil
 }
 
-// lockedOrGone refuses a user who was removed or locked since signing in.
-func (h *Handler) lockedOrGone(r *http.Request, p identity.Principal) error {
+// lockedOrGone refuses a user who was locked since signing in, or, for a
+// local user, removed.
+func (h *Handler) lockedOrGone(r *http.Request, s *signin) error {
+	p := s.p
 	if err := h.cfg.Locks.Check(p, h.cfg.Now()); err != nil {
 		return err
+	}
+	if !s.local {
+		return nil
 	}
 	if _, err := h.cfg.Users.Get(r.Context(), p.Name); err != nil {
 		if errors.Is(err, users.ErrNotFound) {
@@ -225,7 +233,7 @@ type signinData struct {
 func (h *Handler) signinPage(w http.ResponseWriter, r *http.Request) {
 	pre := randomToken()
 	h.setCookie(w, cookiePre, pre, 10*time.Minute)
-	h.render(w, r, http.StatusOK, "signin", nil, signinData{Pre: pre, Why: r.URL.Query().Get("why")})
+	h.render(w, r, http.StatusOK, "signin", nil, signinData{Pre: pre, Why: r.URL.Query().Get("why"), OIDC: h.cfg.OIDCSignIn})
 }
 
 // signin checks the password exactly as limen login does (the same store,
@@ -243,7 +251,7 @@ func (h *Handler) signin(w http.ResponseWriter, r *http.Request) {
 	again := func(status int, why string) {
 		pre := randomToken()
 		h.setCookie(w, cookiePre, pre, 10*time.Minute)
-		h.render(w, r, status, "signin", nil, signinData{Pre: pre, Why: why, User: name})
+		h.render(w, r, status, "signin", nil, signinData{Pre: pre, Why: why, User: name, OIDC: h.cfg.OIDCSignIn})
 	}
 	u, err := h.cfg.Users.Authenticate(r.Context(), name, password, h.cfg.ClientAddr(r))
 	switch {
@@ -267,16 +275,32 @@ func (h *Handler) signin(w http.ResponseWriter, r *http.Request) {
 		again(http.StatusForbidden, err.Error())
 		return
 	}
-	expires := h.cfg.Now().Add(h.cfg.SessionTTL)
-	if err := h.emit(r, audit.Event{Type: audit.TypeAuthLogin, Principal: p, Fields: map[string]string{
-		"login_id": p.LoginID, "client": ClientID, "expires": expires.UTC().Format(time.RFC3339)}}); err != nil {
+	if err := h.SignIn(w, r, p, "password"); err != nil {
 		again(http.StatusServiceUnavailable, "The audit trail is unavailable, so no one can sign in: try again later.")
 		return
 	}
-	token, _ := h.sessions.add(p, expires)
+	http.Redirect(w, r, Prefix+"sessions", http.StatusSeeOther)
+}
+
+// SignIn starts a console sign-in for p, whom the caller authenticated by
+// method ("password"; #15's OIDC flow calls it with "oidc"): it is audited
+// as auth.login, bound to client console whatever p says, and its cookie
+// is set on w. The caller then redirects. An error means the audit trail
+// did not record it, and no one is signed in.
+func (h *Handler) SignIn(w http.ResponseWriter, r *http.Request, p identity.Principal, method string) error {
+	p.ClientID = ClientID
+	if p.LoginID == "" {
+		p.LoginID = randomToken()[:24]
+	}
+	expires := h.cfg.Now().Add(h.cfg.SessionTTL)
+	if err := h.emit(r, audit.Event{Type: audit.TypeAuthLogin, Principal: p, Fields: map[string]string{
+		"login_id": p.LoginID, "client": ClientID, "method": method, "expires": expires.UTC().Format(time.RFC3339)}}); err != nil {
+		return err
+	}
+	token, _ := h.sessions.add(p, expires, method == "password")
 	h.setCookie(w, cookieSession, token, h.cfg.SessionTTL)
 	h.setCookie(w, cookiePre, "", -time.Second)
-	http.Redirect(w, r, Prefix+"sessions", http.StatusSeeOther)
+	return nil
 }
 
 func (h *Handler) signout(w http.ResponseWriter, r *http.Request, s *signin) {

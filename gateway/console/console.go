@@ -140,6 +140,10 @@ type Config struct {
 	// Clusters lists the clusters p may reach, to offer on the "what may I
 	// do" page; nil offers none.
 	Clusters func(ctx context.Context, p identity.Principal) ([]string, error)
+	// OIDCSignIn is where the sign-in page sends a person to sign in with
+	// the identity provider (#15 adds the flow, which ends in SignIn);
+	// empty offers the password form only.
+	OIDCSignIn string
 	// SessionTTL bounds a sign-in; 0 is DefaultSessionTTL.
 	SessionTTL time.Duration
 	// ClientAddr extracts the client's address for rate limiting and
