@@ -29,6 +29,12 @@ import (
 // session to open its stream.
 const observeWait = 5 * time.Second
 
+// maxLiveViews bounds the live views open at once per cluster. Each holds
+// one of the streams a worker may open toward the proxy
+// (tunnel.DefaultMaxWorkerStreams), which recording uploads need too: two
+// leave the uploads theirs.
+const maxLiveViews = 2
+
 // policyWait bounds how long the policy page waits for the workers'
 // reports; a worker that did not answer is shown as such.
 const policyWait = 2 * time.Second
@@ -40,6 +46,8 @@ type consoleBridge struct {
 	watchers map[string]*watcher
 	// reports are the policy status reports awaited, by worker session.
 	reports map[string]chan policy.Status
+	// live counts the live views open, by cluster.
+	live map[string]int
 }
 
 type watcher struct {
@@ -54,18 +62,26 @@ type observed struct {
 	conn net.Conn
 	once sync.Once
 	done chan struct{}
+	// release gives back the cluster's live-view slot.
+	release func()
 }
 
 func (o *observed) Read(p []byte) (int, error) { return o.r.Read(p) }
 func (o *observed) Close() error {
-	o.once.Do(func() { close(o.done); _ = o.conn.Close() })
+	o.once.Do(func() {
+		close(o.done)
+		_ = o.conn.Close()
+		if o.release != nil {
+			o.release()
+		}
+	})
 	return nil
 }
 
 // mountConsole registers the console's control-stream handlers and mounts
 // it at /console/.
 func (s *Server) mountConsole(c Config) error {
-	b := &consoleBridge{watchers: map[string]*watcher{}, reports: map[string]chan policy.Status{}}
+	b := &consoleBridge{watchers: map[string]*watcher{}, reports: map[string]chan policy.Status{}, live: map[string]int{}}
 	s.control.stream(sessions.ObserveStreamKind, b.receive)
 	s.control.handle(policy.TypeStatusReport, func(ctx context.Context, w workerConn, m tunnel.Message) {
 		var st policy.Status
@@ -105,6 +121,16 @@ func (s *Server) mountConsole(c Config) error {
 // observe asks the workers of info's cluster for the session's live
 // output and returns the stream the one holding it opens.
 func (s *Server) observe(ctx context.Context, b *consoleBridge, info sessions.Info) (io.ReadCloser, error) {
+	release, err := b.take(info.Cluster)
+	if err != nil {
+		return nil, err
+	}
+	handed := false
+	defer func() {
+		if !handed {
+			release()
+		}
+	}()
 	nonce := make([]byte, 16)
 	rand.Read(nonce)
 	w := &watcher{info: info, stream: make(chan *observed, 1)}
@@ -128,12 +154,31 @@ func (s *Server) observe(ctx context.Context, b *consoleBridge, info sessions.In
 	defer t.Stop()
 	select {
 	case o := <-w.stream:
+		o.release, handed = release, true
 		return o, nil
 	case <-t.C:
 		return nil, fmt.Errorf("no worker of cluster %s sent the output of session %s within %s", info.Cluster, info.ID, observeWait)
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+}
+
+// take reserves one of cluster's live-view slots; release gives it back.
+func (b *consoleBridge) take(cluster string) (release func(), _ error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.live[cluster] >= maxLiveViews {
+		return nil, fmt.Errorf("%d live views of cluster %s are open, the most at once: close one and try again", maxLiveViews, cluster)
+	}
+	b.live[cluster]++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			b.mu.Lock()
+			defer b.mu.Unlock()
+			b.live[cluster]--
+		})
+	}, nil
 }
 
 // receive takes a worker's live-view stream to the watcher that asked for

@@ -28,7 +28,7 @@ func TestObserveStreamGoesOnlyToItsWatcher(t *testing.T) {
 		{"another session", "demo", sessions.Observe{ID: "sess-2", Nonce: "n1"}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			b := &consoleBridge{watchers: map[string]*watcher{}, reports: map[string]chan policy.Status{}}
+			b := &consoleBridge{watchers: map[string]*watcher{}, reports: map[string]chan policy.Status{}, live: map[string]int{}}
 			w := &watcher{info: info, stream: make(chan *observed, 1)}
 			b.watchers["n1"] = w
 			proxySide, workerSide := net.Pipe()
@@ -58,5 +58,35 @@ func TestObserveStreamGoesOnlyToItsWatcher(t *testing.T) {
 				t.Fatalf("the watcher read %q", got)
 			}
 		})
+	}
+}
+
+// Live views hold worker streams that uploads need too: at most
+// maxLiveViews per cluster at once, each slot given back once.
+func TestLiveViewsPerClusterBounded(t *testing.T) {
+	b := &consoleBridge{live: map[string]int{}}
+	var releases []func()
+	for range maxLiveViews {
+		r, err := b.take("demo")
+		if err != nil {
+			t.Fatal(err)
+		}
+		releases = append(releases, r)
+	}
+	if _, err := b.take("demo"); err == nil {
+		t.Fatalf("live view %d of one cluster was allowed", maxLiveViews+1)
+	}
+	if r, err := b.take("prod"); err != nil {
+		t.Fatalf("another cluster's live view: %v", err)
+	} else {
+		r()
+	}
+	releases[0]()
+	releases[0]() // twice gives back one slot, not two
+	if _, err := b.take("demo"); err != nil {
+		t.Fatalf("after a release: %v", err)
+	}
+	if _, err := b.take("demo"); err == nil {
+		t.Fatal("a double release gave back two slots")
 	}
 }
