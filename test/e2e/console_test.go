@@ -1,8 +1,10 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -53,13 +55,25 @@ func browser(t *testing.T) context.Context {
 		// does not know; the tests check the console, not the PKI.
 		chromedp.Flag("ignore-certificate-errors", true),
 		chromedp.NoSandbox, chromedp.WindowSize(1280, 900))
-	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancel := chromedp.NewContext(alloc)
-	t.Cleanup(func() { cancel(); cancelAlloc() })
-	if err := chromedp.Do(ctx); err != nil {
-		t.Fatalf("start chromium: %v", err)
+	// Chromium sometimes exits before it serves DevTools on a loaded
+	// machine ("chrome failed to start" with nothing said): a new process
+	// gets a second and a third chance; a browser that never starts fails.
+	var errs []error
+	for range 3 {
+		var out bytes.Buffer // what chromium said, for the failure
+		alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(opts, chromedp.CombinedOutput(&out))...)
+		ctx, cancel := chromedp.NewContext(alloc)
+		if err := chromedp.Do(ctx); err != nil {
+			cancel()
+			cancelAlloc()
+			errs = append(errs, fmt.Errorf("%w: %s", err, bytes.TrimSpace(out.Bytes())))
+			continue
+		}
+		t.Cleanup(func() { cancel(); cancelAlloc() })
+		return ctx
 	}
-	return ctx
+	t.Fatalf("start chromium: %v", errors.Join(errs...))
+	return nil
 }
 
 // css finds elements by CSS selector exactly (a plain string selector is
