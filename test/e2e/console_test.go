@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -42,15 +43,15 @@ func consoleShots(t *testing.T) string {
 	return dir
 }
 
-// browser starts a headless chromium of its own (its own cookies) and
+// consoleBrowser starts a headless chromium of its own (its own cookies) and
 // returns a tab's context.
-func browser(t *testing.T) context.Context {
+func consoleBrowser(t *testing.T) context.Context {
 	t.Helper()
 	bin, err := exec.LookPath("chromium")
 	if err != nil {
 		t.Fatalf("chromium is not installed: the console's browser tests need Debian's chromium (.ci/run installs it): %v", err)
 	}
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(bin),
+	opts := append(slices.Clone(chromedp.DefaultExecAllocatorOptions[:]), chromedp.ExecPath(bin), chromedp.WSURLReadTimeout(time.Minute),
 		// The proxy's certificate is from its own CA, which the browser
 		// does not know; the tests check the console, not the PKI.
 		chromedp.Flag("ignore-certificate-errors", true),
@@ -61,7 +62,7 @@ func browser(t *testing.T) context.Context {
 	var errs []error
 	for range 3 {
 		var out bytes.Buffer // what chromium said, for the failure
-		alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(opts, chromedp.CombinedOutput(&out))...)
+		alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(slices.Clone(opts), chromedp.CombinedOutput(&out))...)
 		ctx, cancel := chromedp.NewContext(alloc)
 		if err := chromedp.Do(ctx); err != nil {
 			cancel()
@@ -220,7 +221,7 @@ func TestConsole(t *testing.T) {
 	ns := clustertest.Namespace(t)
 	clustertest.RunPod(t, ns, "console-pod", []string{"sleep", "3600"}, false)
 	kc := userKubeconfig(t, "alice")
-	admin := browser(t)
+	admin := consoleBrowser(t)
 
 	t.Run("sign in, and be refused with a wrong password", func(t *testing.T) {
 		signIn(t, admin, base, "admin", "not-the-password")
@@ -291,7 +292,7 @@ func TestConsole(t *testing.T) {
 
 	t.Run("kill the session from the UI; kubectl exec ends within 1s", func(t *testing.T) {
 		// A second browser watches live: its view must end with the session.
-		watcher := browser(t)
+		watcher := consoleBrowser(t)
 		signIn(t, watcher, base, "admin", password("admin"))
 		run(t, watcher, "open the live view", chromedp.Navigate(base+"/console/sessions/"+id+"/live"),
 			chromedp.WaitVisible("#live-output", css("#live-output")))
@@ -416,7 +417,7 @@ func TestConsole(t *testing.T) {
 	})
 
 	t.Run("a non-admin cannot see another user's recording", func(t *testing.T) {
-		bob := browser(t)
+		bob := consoleBrowser(t)
 		signIn(t, bob, base, "bob", password("bob"))
 		run(t, bob, "open Recordings", chromedp.Navigate(base+"/console/recordings"), chromedp.WaitVisible("#recordings", css("#recordings")))
 		if eval[bool](t, bob, fmt.Sprintf(`!!document.querySelector('tr[data-recording=%q]')`, id)) {
