@@ -8,7 +8,7 @@ LDFLAGS := -X github.com/limenhq/limen/gateway/buildinfo.Version=$(VERSION) \
            -X github.com/limenhq/limen/gateway/buildinfo.Commit=$(COMMIT)
 TEST_TIMEOUT ?= 25m
 
-.PHONY: demo help build test unit e2e e2e-constrained compat lint cluster-build cluster-up cluster-down cluster-env opa-test bundle bench bench-quick stress helm image
+.PHONY: demo help build test unit e2e e2e-constrained compat lint cluster-build cluster-up cluster-down cluster-env opa-test bundle bench bench-quick stress helm image console-player console-player-check
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -19,7 +19,7 @@ demo: cluster-build ## run Limen end to end: control plane, proxy, worker, users
 build: ## build bin/limen
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/limen ./cmd/limen
 
-test: lint opa-test cluster-build $(BIN)/helm ## everything CI runs: lint, unit tests, control-plane smoke and e2e tests (Helm chart and image included)
+test: lint opa-test console-player-check cluster-build $(BIN)/helm ## everything CI runs: lint, the console player check, unit tests, control-plane smoke and e2e tests (Helm chart and image included)
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 unit: ## unit tests only (no control plane)
@@ -56,6 +56,14 @@ image: ## write the container image as an OCI layout to bin/limen-oci (no daemon
 	@mkdir -p $(BIN)/image
 	CGO_ENABLED=0 GOOS=linux $(GO) build -trimpath -ldflags "-s -w $(LDFLAGS)" -o $(BIN)/image/limen ./cmd/limen
 	$(GO) run ./deploy/image -binary $(BIN)/image/limen -out $(BIN)/limen-oci -ref $(IMAGE):$(VERSION) -version $(VERSION) -check
+
+# The console's asciinema-player, vendored from npm at the version pinned in
+# gateway/console/assets/player/VERSION (tarball integrity in INTEGRITY).
+console-player: ## refresh the console's vendored asciinema-player from npm at its pinned version
+	bash gateway/console/player.sh refresh
+
+console-player-check: ## check the console's vendored asciinema-player against the pinned npm package
+	bash gateway/console/player.sh check
 
 lint: ## go vet and a gofmt check
 	$(GO) vet ./...

@@ -66,10 +66,21 @@ func (h *Handler) lock(w http.ResponseWriter, r *http.Request, p identity.Princi
 	if !apihttp.Decode(w, r, &req) {
 		return
 	}
+	l, status, err := h.Lock(r, p, req)
+	if err != nil {
+		apihttp.WriteError(w, status, err.Error())
+		return
+	}
+	apihttp.WriteJSON(w, http.StatusCreated, l)
+}
+
+// Lock sets the lock req asks for on behalf of p, whom the caller has
+// authorized for ActionLock, as POST PathLocks does (the console uses it).
+// On an error, status is the HTTP status that answers it.
+func (h *Handler) Lock(r *http.Request, p identity.Principal, req LockRequest) (_ locks.Lock, status int, _ error) {
 	l, err := req.lock(p, h.api.Now())
 	if err != nil {
-		apihttp.WriteError(w, http.StatusBadRequest, err.Error())
-		return
+		return locks.Lock{}, http.StatusBadRequest, err
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -77,37 +88,45 @@ func (h *Handler) lock(w http.ResponseWriter, r *http.Request, p identity.Princi
 	switch {
 	case errors.Is(err, errStore):
 		h.api.Logger.Error("store lock", "target", l.Target.String(), "err", err)
-		apihttp.WriteError(w, http.StatusServiceUnavailable, "lock store unavailable; the lock is NOT in force: try again")
+		return locks.Lock{}, http.StatusServiceUnavailable, errors.New("lock store unavailable; the lock is NOT in force: try again")
 	case err != nil:
-		apihttp.WriteError(w, http.StatusServiceUnavailable, err.Error())
-	default:
-		apihttp.WriteJSON(w, http.StatusCreated, l)
+		return locks.Lock{}, http.StatusServiceUnavailable, err
 	}
+	return l, http.StatusCreated, nil
 }
 
 // unlock removes the lock, and puts it back if the removal cannot be
 // audited: no unaudited unlock.
 func (h *Handler) unlock(w http.ResponseWriter, r *http.Request, p identity.Principal) {
 	t := locks.Target{Kind: identity.Kind(r.PathValue("kind")), Name: r.PathValue("name")}
-	if err := t.Validate(); err != nil {
-		apihttp.WriteError(w, http.StatusBadRequest, err.Error())
+	l, status, err := h.Unlock(r, p, t)
+	if err != nil {
+		apihttp.WriteError(w, status, err.Error())
 		return
+	}
+	apihttp.WriteJSON(w, http.StatusOK, l)
+}
+
+// Unlock removes the lock on t on behalf of p, whom the caller has
+// authorized for ActionUnlock, as DELETE PathLocks/KIND/NAME does.
+func (h *Handler) Unlock(r *http.Request, p identity.Principal, t locks.Target) (_ locks.Lock, status int, _ error) {
+	if err := t.Validate(); err != nil {
+		return locks.Lock{}, http.StatusBadRequest, err
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	l, err := h.changer(r).remove(r.Context(), t, p, h.api.Now())
 	switch {
 	case errors.Is(err, locks.ErrNotFound):
-		apihttp.WriteError(w, http.StatusNotFound, fmt.Sprintf("%s is not locked", t))
+		return locks.Lock{}, http.StatusNotFound, fmt.Errorf("%s is not locked", t)
 	case errors.Is(err, errStore):
 		h.api.Logger.Error("remove lock", "target", t.String(), "err", err)
-		apihttp.WriteError(w, http.StatusServiceUnavailable, "lock store unavailable; the lock stays in force: try again")
+		return locks.Lock{}, http.StatusServiceUnavailable, errors.New("lock store unavailable; the lock stays in force: try again")
 	case err != nil:
 		h.api.Logger.Error("unlock not audited", "target", t.String(), "err", err)
-		apihttp.WriteError(w, http.StatusServiceUnavailable, err.Error())
-	default:
-		apihttp.WriteJSON(w, http.StatusOK, l)
+		return locks.Lock{}, http.StatusServiceUnavailable, err
 	}
+	return l, http.StatusOK, nil
 }
 
 // changer makes lock changes for the caller of r: audited by them, put in
@@ -142,14 +161,22 @@ func (h *Handler) listSessions(w http.ResponseWriter, r *http.Request, _ identit
 // kill ends the session on the proxy, tells the workers, then audits, like
 // lock: the session must not outlive a broken audit trail.
 func (h *Handler) kill(w http.ResponseWriter, r *http.Request, p identity.Principal) {
-	id := r.PathValue("id")
-	if err := sessions.ValidID(id); err != nil {
-		apihttp.WriteError(w, http.StatusBadRequest, err.Error())
+	info, status, err := h.Kill(r, p, r.PathValue("id"))
+	if err != nil {
+		apihttp.WriteError(w, status, err.Error())
 		return
 	}
+	apihttp.WriteJSON(w, http.StatusOK, info)
+}
+
+// Kill kills session id on behalf of p, whom the caller has authorized for
+// ActionSessionKill, as POST PathSessions/ID/kill does (the console uses it).
+func (h *Handler) Kill(r *http.Request, p identity.Principal, id string) (_ sessions.Info, status int, _ error) {
+	if err := sessions.ValidID(id); err != nil {
+		return sessions.Info{}, http.StatusBadRequest, err
+	}
 	if !h.cfg.Sessions.Kill(id) {
-		apihttp.WriteError(w, http.StatusNotFound, fmt.Sprintf("no live session %s: list them with limen sessions ls", id))
-		return
+		return sessions.Info{}, http.StatusNotFound, fmt.Errorf("no live session %s: list them with limen sessions ls", id)
 	}
 	info, _ := h.cfg.Sessions.Get(id)
 	if h.cfg.OnKill != nil {
@@ -158,8 +185,7 @@ func (h *Handler) kill(w http.ResponseWriter, r *http.Request, p identity.Princi
 	e := audit.Event{Type: audit.TypeSessionKill, Principal: p, Cluster: info.Cluster, SessionID: id,
 		Fields: map[string]string{"user": info.Principal.String(), "kind": string(info.Kind), "target": info.Target}}
 	if err := h.api.Emit(r, e); err != nil {
-		apihttp.WriteError(w, http.StatusServiceUnavailable, "the session is killed, but the audit trail did not record it: "+err.Error())
-		return
+		return info, http.StatusServiceUnavailable, errors.New("the session is killed, but the audit trail did not record it: " + err.Error())
 	}
-	apihttp.WriteJSON(w, http.StatusOK, info)
+	return info, http.StatusOK, nil
 }

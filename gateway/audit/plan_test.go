@@ -12,7 +12,7 @@ import (
 // taking 38% of the proxy's CPU).
 func TestSessionStartUsesTheSessionIndex(t *testing.T) {
 	s, _ := openTemp(t, Options{})
-	rows, err := s.db.QueryContext(context.Background(), "EXPLAIN QUERY PLAN "+sessionStartQuery, "abc", string(TypeSessionStart))
+	rows, err := s.db.QueryContext(context.Background(), "EXPLAIN QUERY PLAN "+sessionEventQuery, "abc", string(TypeSessionStart))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -119,27 +119,37 @@ func wrapUnavailable(err error) error {
 	return fmt.Errorf("%w: %w", ErrUnavailable, err)
 }
 
-const sessionStartQuery = `SELECT data FROM events WHERE session_id = ? AND session_id != '' AND type = ? ORDER BY id LIMIT 1`
+const sessionEventQuery = `SELECT data FROM events WHERE session_id = ? AND session_id != '' AND type = ? ORDER BY id LIMIT 1`
 
 // SessionStart returns the first session.start stored for session id, and
 // whether there is one.
 func (s *Store) SessionStart(ctx context.Context, id string) (Event, bool, error) {
+	return s.sessionEvent(ctx, id, TypeSessionStart)
+}
+
+// SessionEnd returns the first session.end stored for session id, and
+// whether there is one (the console shows its exit status and duration).
+func (s *Store) SessionEnd(ctx context.Context, id string) (Event, bool, error) {
+	return s.sessionEvent(ctx, id, TypeSessionEnd)
+}
+
+func (s *Store) sessionEvent(ctx context.Context, id string, typ Type) (Event, bool, error) {
 	var data []byte
 	if id == "" {
 		return Event{}, false, nil
 	}
 	// "session_id != ''" lets SQLite use the partial index events_session:
 	// without it, every lookup scans the whole table.
-	err := s.db.QueryRowContext(ctx, sessionStartQuery, id, string(TypeSessionStart)).Scan(&data)
+	err := s.db.QueryRowContext(ctx, sessionEventQuery, id, string(typ)).Scan(&data)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Event{}, false, nil
 	}
 	if err != nil {
-		return Event{}, false, fmt.Errorf("audit: session.start of %s: %w", id, wrapUnavailable(err))
+		return Event{}, false, fmt.Errorf("audit: %s of %s: %w", typ, id, wrapUnavailable(err))
 	}
 	var e Event
 	if err := json.Unmarshal(data, &e); err != nil {
-		return Event{}, false, fmt.Errorf("audit: session.start of %s is corrupt: %w", id, err)
+		return Event{}, false, fmt.Errorf("audit: %s of %s is corrupt: %w", typ, id, err)
 	}
 	return e, true, nil
 }

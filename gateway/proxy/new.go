@@ -185,6 +185,9 @@ func New(ctx context.Context, c Config) (_ *Server, err error) {
 	if err := s.mountAPIs(c); err != nil {
 		return nil, err
 	}
+	if err := s.mountConsole(c); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 

@@ -207,6 +207,20 @@ func (s *Store) List(ctx context.Context) ([]User, error) {
 	return out, rows.Err()
 }
 
+// Get returns the user name; an error wrapping ErrNotFound when there is
+// none (the console checks its signed-in users on every request).
+func (s *Store) Get(ctx context.Context, name string) (User, error) {
+	row := s.db.QueryRowContext(ctx, `SELECT name, traits, created, updated FROM users WHERE name = ?`, name)
+	u, _, err := scanUser(row, false)
+	if errors.Is(err, sql.ErrNoRows) {
+		return User{}, fmt.Errorf("user %s: %w", name, ErrNotFound)
+	}
+	if err != nil {
+		return User{}, fmt.Errorf("look up user %s: %w", name, err)
+	}
+	return u, nil
+}
+
 type scanner interface{ Scan(...any) error }
 
 func scanUser(r scanner, withHash bool) (User, []byte, error) {

@@ -158,6 +158,7 @@ func New(ctx context.Context, c Config) (_ *Server, err error) {
 	}
 	s.Tunnel.Handler = s.Handler.ServeStream
 	router.handleLocks(s.Tunnel, set, s.Sessions)
+	router.handleConsole(s.Tunnel, s.Tunnel, spool, s.Sessions, pol)
 	return s, nil
 }
 

@@ -97,6 +97,16 @@ func run(ctx context.Context, keep bool) error {
 	if err != nil {
 		return err
 	}
+	say("The web console")
+	for _, u := range gatewaytest.Users {
+		if u.Name == "admin" {
+			fmt.Printf("  open https://%s/console/ (the proxy's own CA: accept its certificate, fingerprint %s)\n", env.ProxyAddr, env.Fingerprint)
+			fmt.Printf("  sign in as %s, password %s (a demo admin); alice and bob see only their own sessions and recordings\n", u.Name, u.Password)
+			if !keep {
+				fmt.Println("  (the demo stops when it ends: make demo DEMO_FLAGS=--keep keeps the console up)")
+			}
+		}
+	}
 	if keep {
 		say("Everything keeps running; press Ctrl-C to stop. Admin: export KUBECONFIG=%s", cp.Kubeconfig)
 		<-ctx.Done()
