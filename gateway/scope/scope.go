@@ -196,3 +196,29 @@ func contains(list []string, s string) bool {
 	}
 	return false
 }
+
+// Refusal is the message of an out-of-scope refusal: what was asked, and
+// that it is this client's scope, not Kubernetes, that refuses it.
+func Refusal(client string, info *reqinfo.Info, path string) string {
+	what := "this request"
+	switch {
+	case info == nil:
+	case !info.IsResourceRequest:
+		what = info.Verb + " " + path
+	default:
+		res := info.Resource
+		if info.Subresource != "" {
+			res += "/" + info.Subresource
+		}
+		gv := info.APIVersion
+		if info.APIGroup != "" {
+			gv = info.APIGroup + "/" + gv
+		}
+		what = info.Verb + " " + res + " (" + gv + ")"
+		if info.Namespace != "" {
+			what += " in namespace " + info.Namespace
+		}
+	}
+	return what + " is " + Phrase + " (client " + client + "); Kubernetes was not asked. " +
+		"Use a client whose scope lists it, such as kubectl, or ask your Limen administrator"
+}
