@@ -16,7 +16,9 @@ import (
 // registry stands in for the policy's client registry.
 type registry []string
 
-func (r registry) Registered(_ context.Context, c string) (bool, error) { return slices.Contains(r, c), nil }
+func (r registry) Registered(_ context.Context, c string) (bool, error) {
+	return slices.Contains(r, c), nil
+}
 
 // TestClientCertificate: a login is client kubectl; its certificate can be
 // exchanged for one bound to a registered application, for the same user
