@@ -222,3 +222,22 @@ func Refusal(client string, info *reqinfo.Info, path string) string {
 	return what + " is " + Phrase + " (client " + client + "); Kubernetes was not asked. " +
 		"Use a client whose scope lists it, such as kubectl, or ask your Limen administrator"
 }
+
+// Kind is a resource (and the subresources) one scope entry lists, for
+// "what may I do".
+type Kind struct {
+	Group, Version, Resource string
+	Subresources             []string
+}
+
+// Kinds lists the resources the scope's entries name, in list order.
+func (sc *Scope) Kinds() []Kind {
+	if sc == nil {
+		return nil
+	}
+	out := make([]Kind, 0, len(sc.rules))
+	for _, r := range sc.rules {
+		out = append(out, Kind{Group: r.group, Version: r.version, Resource: r.resource, Subresources: r.subresources})
+	}
+	return out
+}
