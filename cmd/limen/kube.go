@@ -20,7 +20,7 @@ func newKubeCmd() *cobra.Command {
 		Short: "Kubernetes access through Limen: list clusters, write kubeconfigs, the kubectl credential plugin",
 	}
 	cmd.PersistentFlags().String("proxy", "", "proxy HOST:PORT (default: the last one logged in to)")
-	cmd.AddCommand(newKubeLsCmd(), newKubeLoginCmd(), newKubeCredentialsCmd())
+	cmd.AddCommand(newKubeLsCmd(), newKubeLoginCmd(), newKubeCredentialsCmd(), newKubeAccessCmd())
 	return cmd
 }
 

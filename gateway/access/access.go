@@ -157,3 +157,13 @@ func ResourcesFor(sc *scope.Scope) []Resource {
 	}
 	return out
 }
+
+// RulesReviewPath is where the proxy posts the SelfSubjectRulesReview.
+const RulesReviewPath = "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews"
+
+// IsRulesReview reports whether info is the creation of a
+// SelfSubjectRulesReview: the one request an access-review grant carries.
+func IsRulesReview(info *reqinfo.Info) bool {
+	return info != nil && info.IsResourceRequest && info.Verb == "create" && info.APIGroup == "authorization.k8s.io" &&
+		info.APIVersion == "v1" && info.Resource == "selfsubjectrulesreviews" && info.Subresource == "" && info.Namespace == "" && info.Name == ""
+}

@@ -61,7 +61,7 @@ func (s *Signer) Sign(g Grant, revision string, certExpiry time.Time) ([]byte, G
 	if reuse == 0 {
 		reuse = DefaultReuse
 	}
-	key := decisionKey(g.Principal, g.Cluster, g.Groups, revision)
+	key := decisionKey(g.Principal, g.Cluster, g.Groups, revision) + "\x00" + g.Purpose
 	now := g.IssuedAt
 	if reuse > 0 {
 		s.mu.Lock()

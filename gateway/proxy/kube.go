@@ -152,7 +152,7 @@ func (k *Kube) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, code, msg)
 	}
 	_, step := k.step(ctx, "limen.proxy.authenticate")
-	p, certExpiry, err := k.Authenticate(r)
+	p, certExpiry, err := k.authenticate(r)
 	step.End()
 	if err != nil {
 		deny(http.StatusUnauthorized, identity.Principal{}, "authentication: "+err.Error(),
@@ -203,14 +203,15 @@ func (k *Kube) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	info := k.classify(r, path)
-	if !dec.Scope.Allows(info, path.String()) {
+	review := isReview(r, info)
+	if !review && !dec.Scope.Allows(info, path.String()) {
 		msg := scope.Refusal(p.ClientID, info, path.String())
 		k.denied(r, p, cluster, scope.DeniedReason+": "+msg)
 		writeStatusReason(w, http.StatusForbidden, scope.Reason, msg)
 		return
 	}
 	_, step = k.step(ctx, "limen.proxy.grant")
-	token, g, req, err := k.sign(r, p, dec, cluster, now, certExpiry)
+	token, g, req, err := k.sign(r, p, dec, cluster, now, certExpiry, review)
 	step.End()
 	if err != nil {
 		k.Logger.ErrorContext(r.Context(), "sign grant", "err", err)
@@ -258,7 +259,7 @@ func (k *Kube) ServerCluster(r *http.Request) (string, bool) {
 // earlier request when the same decision was signed moments ago
 // (grant.Signer), and this request's own facts: with the grant, the proxy's
 // record of whom, where and as which groups the stream is for.
-func (k *Kube) sign(r *http.Request, p identity.Principal, dec policy.Decision, cluster string, now, certExpiry time.Time) ([]byte, grant.Grant, grant.Request, error) {
+func (k *Kube) sign(r *http.Request, p identity.Principal, dec policy.Decision, cluster string, now, certExpiry time.Time, review bool) ([]byte, grant.Grant, grant.Request, error) {
 	sid, err := grant.NewSessionID()
 	if err != nil {
 		return nil, grant.Grant{}, grant.Request{}, err
@@ -276,8 +277,11 @@ func (k *Kube) sign(r *http.Request, p identity.Principal, dec policy.Decision, 
 		// window: a tenth of the TTL, and never more than a minute.
 		k.signer = &grant.Signer{Key: k.GrantKey, Reuse: min(grant.DefaultReuse, ttl/10)}
 	})
-	token, g, err := k.signer.Sign(grant.Grant{Principal: p, Groups: dec.Groups, Cluster: cluster, IssuedAt: now, ExpiresAt: exp},
-		dec.Revision, certExpiry)
+	g := grant.Grant{Principal: p, Groups: dec.Groups, Cluster: cluster, IssuedAt: now, ExpiresAt: exp}
+	if review {
+		g.Purpose = grant.PurposeAccessReview
+	}
+	token, g, err := k.signer.Sign(g, dec.Revision, certExpiry)
 	return token, g, grant.Request{SessionID: sid, ClientAddr: r.RemoteAddr, TraceParent: traceParent(r.Context())}, err
 }
 

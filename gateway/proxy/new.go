@@ -180,6 +180,7 @@ func New(ctx context.Context, c Config) (_ *Server, err error) {
 	}
 	s.Kube = s.newKube(c)
 	s.Mux.Handle("/", http.HandlerFunc(notRouted))
+	s.Mux.Handle("GET "+PathAccess, s.Kube.AccessHandler(s.Kube.Authenticate))
 	s.handleControl()
 	s.handleHealth()
 	if err := s.mountAPIs(c); err != nil {

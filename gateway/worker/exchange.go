@@ -12,7 +12,9 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/limenhq/limen/gateway/access"
 	"github.com/limenhq/limen/gateway/audit"
+	"github.com/limenhq/limen/gateway/grant"
 	"github.com/limenhq/limen/gateway/impersonate"
 	"github.com/limenhq/limen/gateway/reqinfo"
 	"github.com/limenhq/limen/gateway/scope"
@@ -104,6 +106,15 @@ func (x *exchange) classify() *refusal {
 // the worker's own policy: the proxy did the same from its snapshot, and a
 // bundle either hop activated since may have narrowed it.
 func (x *exchange) checkScope() *refusal {
+	if x.adm.grant.Purpose == grant.PurposeAccessReview {
+		// The proxy asking what the client's identity may do: this grant
+		// carries that one question and nothing else, scoped or not.
+		if access.IsRulesReview(x.info) && x.req.Method == http.MethodPost {
+			return nil
+		}
+		return &refusal{http.StatusForbidden, "an access-review grant carries only a SelfSubjectRulesReview",
+			"grant: an access-review grant used for another request"}
+	}
 	if x.h.Scopes == nil {
 		return nil
 	}

@@ -98,3 +98,27 @@ func TestWorkerImpersonatesTheClientsName(t *testing.T) {
 		}
 	}
 }
+
+// TestAccessReviewGrant: a grant for the proxy's access review carries the
+// SelfSubjectRulesReview whatever the client's scope, and nothing else.
+func TestAccessReviewGrant(t *testing.T) {
+	b := scopedBench(t)
+	tok, _ := b.grant(func(g *grant.Grant) { g.Principal.ClientID = "app"; g.Purpose = grant.PurposeAccessReview })
+	req, _ := http.NewRequest(http.MethodPost, "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews", strings.NewReader(`{}`))
+	if _, resp, body := b.serve(tok, req); resp.StatusCode != http.StatusOK {
+		t.Fatalf("the rules review: %d %s", resp.StatusCode, body)
+	}
+	for _, r := range []struct{ method, path string }{
+		{http.MethodGet, "/api/v1/namespaces/menus/configmaps"}, // in scope, but not the review
+		{http.MethodPost, "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"},
+		{http.MethodPost, "/api/v1/namespaces/menus/secrets"},
+	} {
+		b := scopedBench(t)
+		tok, _ := b.grant(func(g *grant.Grant) { g.Principal.ClientID = "app"; g.Purpose = grant.PurposeAccessReview })
+		req, _ := http.NewRequest(r.method, r.path, strings.NewReader(`{}`))
+		ev, resp, body := b.serve(tok, req)
+		if resp.StatusCode != http.StatusForbidden || ev.Type != audit.TypeAuthDenied || len(b.seen()) != 0 {
+			t.Fatalf("%s %s under an access-review grant: %d %s", r.method, r.path, resp.StatusCode, body)
+		}
+	}
+}

@@ -18,6 +18,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/limenhq/limen/gateway/access"
 	"github.com/limenhq/limen/gateway/impersonate"
 	"github.com/limenhq/limen/gateway/scope"
 	"github.com/limenhq/limen/test/cluster/clustertest"
@@ -366,6 +367,51 @@ func TestScope(t *testing.T) {
 		}
 		if !strings.Contains(out, `"reason":"scope: `) || !strings.Contains(out, `"client_id":"empty-app"`) {
 			t.Fatalf("no auth.denied with reason scope for empty-app in %.2000s", out)
+		}
+	})
+
+	t.Run("Access: what may I do, three answers", func(t *testing.T) {
+		report := func(app string) access.Report {
+			t.Helper()
+			args := []string{"kube", "access", gatewaytest.ClusterName, "-n", ns, "-o", "json"}
+			if app != "" {
+				args = append(args, "--app", app)
+			}
+			out, err := e.Limen(context.Background(), "alice", "", args...)
+			if err != nil {
+				t.Fatalf("limen %v: %v", args, err)
+			}
+			var rep access.Report
+			if err := json.Unmarshal([]byte(out), &rep); err != nil {
+				t.Fatalf("decode %q: %v", out, err)
+			}
+			return rep
+		}
+		answer := func(rep access.Report, resource, verb string) access.Answer {
+			for _, r := range rep.Rows {
+				if r.Resource.String() == resource {
+					return r.Answers[verb]
+				}
+			}
+			t.Fatalf("%s: no row for %s in %+v", rep.Client, resource, rep.Rows)
+			return ""
+		}
+		for _, c := range []struct {
+			app, resource, verb string
+			want                access.Answer
+		}{
+			{"ws-app", "workspaces.example.com", "list", access.Allowed},
+			{"ws-app", "workspaces.example.com", "watch", access.OutOfScope},
+			{"ws-app", "secrets", "get", access.OutOfScope},
+			{"", "workspaces.example.com", "watch", access.Allowed},
+			{"", "secrets", "get", access.Allowed},
+			{"named-app", "configmaps", "create", access.RefusedByKubernetes},
+			{"empty-app", "pods", "get", access.OutOfScope},
+		} {
+			rep := report(c.app)
+			if got := answer(rep, c.resource, c.verb); got != c.want {
+				t.Errorf("client %q, %s %s: %q, want %q", c.app, c.verb, c.resource, got, c.want)
+			}
 		}
 	})
 
