@@ -403,7 +403,7 @@ func TestScope(t *testing.T) {
 			{"ws-app", "workspaces.example.com", "list", access.Allowed},
 			{"ws-app", "workspaces.example.com", "watch", access.OutOfScope},
 			{"ws-app", "secrets", "get", access.OutOfScope},
-			{"", "workspaces.example.com", "watch", access.Allowed},
+			{"", "pods/exec", "create", access.Allowed},
 			{"", "secrets", "get", access.Allowed},
 			{"named-app", "configmaps", "create", access.RefusedByKubernetes},
 			{"empty-app", "pods", "get", access.OutOfScope},
