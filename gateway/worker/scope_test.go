@@ -15,12 +15,19 @@ import (
 )
 
 // scopes stands in for the worker's own policy's client registry, compiled
-// by the real parser (the engine's Scope is tested in gateway/policy).
-type scopes struct{ set *scope.Set }
+// by the real parser (the engine's Scope is tested in gateway/policy), at
+// keepGroups' revision unless told another.
+type scopes struct {
+	set      *scope.Set
+	revision string
+}
 
 func (s scopes) Scope(client string) (*scope.Scope, bool, string, error) {
 	sc, ok := s.set.Client(client)
-	return sc, ok, "1", nil
+	if s.revision == "" {
+		return sc, ok, "rev-test", nil
+	}
+	return sc, ok, s.revision, nil
 }
 
 func scopedBench(t *testing.T) *bench {
@@ -33,8 +40,20 @@ func scopedBench(t *testing.T) *bench {
 		t.Fatal(err)
 	}
 	b := newBench(t)
-	b.h.Scopes = scopes{set}
+	b.h.Scopes = scopes{set: set}
 	return b
+}
+
+// TestGroupsAndScopeFromOnePolicy: groups decided by one bundle and a scope
+// read from the next are refused (503), never combined.
+func TestGroupsAndScopeFromOnePolicy(t *testing.T) {
+	b := scopedBench(t)
+	b.h.Scopes = scopes{set: b.h.Scopes.(scopes).set, revision: "rev-next"}
+	tok, _ := b.grant(func(g *grant.Grant) { g.Principal.ClientID = "app" })
+	req, _ := http.NewRequest(http.MethodGet, "/api/v1/namespaces/menus/configmaps", nil)
+	if _, resp, body := b.serve(tok, req); resp.StatusCode != http.StatusServiceUnavailable || len(b.seen()) != 0 {
+		t.Fatalf("%d %s, want 503 and nothing forwarded", resp.StatusCode, body)
+	}
 }
 
 // TestWorkerChecksScopeAgain: the worker matches each request against its

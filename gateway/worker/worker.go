@@ -296,7 +296,7 @@ func (h *Handler) admit(ctx context.Context, token []byte, preq grant.Request, r
 	if err != nil {
 		return adm, &refusal{http.StatusBadRequest, "the request path is not canonical: " + err.Error(), ""}
 	}
-	allowed, _, err := h.Policy.AllowGroups(ctx, g.Principal, h.Cluster, g.Groups)
+	allowed, revision, err := h.Policy.AllowGroups(ctx, g.Principal, h.Cluster, g.Groups)
 	if err != nil {
 		return adm, &refusal{http.StatusServiceUnavailable, "the Limen worker's policy is unavailable", ""}
 	}
@@ -307,9 +307,14 @@ func (h *Handler) admit(ctx context.Context, token []byte, preq grant.Request, r
 	}
 	adm.groups = allowed
 	if h.Scopes != nil {
-		sc, ok, _, err := h.Scopes.Scope(g.Principal.ClientID)
+		sc, ok, scopeRevision, err := h.Scopes.Scope(g.Principal.ClientID)
 		if err != nil {
 			return adm, &refusal{http.StatusServiceUnavailable, "the Limen worker's policy is unavailable", ""}
+		}
+		if scopeRevision != revision {
+			// A bundle activated between the two reads: groups from one
+			// policy and a scope from another are no decision at all.
+			return adm, &refusal{http.StatusServiceUnavailable, "the Limen worker's policy changed during the request; try again", ""}
 		}
 		if !ok {
 			return adm, &refusal{http.StatusForbidden,
