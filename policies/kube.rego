@@ -1,7 +1,8 @@
 # METADATA
 # title: Limen Kubernetes decisions
 # description: |
-#   groups: the Kubernetes groups input.principal may assume on input.cluster.
+#   groups: the Kubernetes groups input.principal may assume on input.cluster
+#   through input.client (the one client its credential names).
 #   clusters: the names, among input.clusters, on which input.principal may
 #   assume at least one group. grants: for explanations, each granting role
 #   with the groups it contributes.
@@ -12,7 +13,9 @@ import data.limen.roles
 # grants maps each role bound to input.principal that selects input.cluster
 # to the valid groups it grants there.
 grants[role] := granted if {
+	roles.registered(input.client)
 	some role in roles.bound
+	roles.serves(role, input.client)
 	roles.selects(role, input.cluster)
 	granted := {g | some g in data.limen.config.roles[role].groups; roles.valid_group(g)}
 	count(granted) > 0
@@ -22,8 +25,11 @@ grants[role] := granted if {
 # It is the hot path (every proxied request on a cache miss), so it inlines
 # roles.selects and roles.valid_group: OPA charges for every function call.
 groups contains g if {
+	data.limen.config.clients[input.client]
 	some role in roles.bound
 	r := data.limen.config.roles[role]
+	some c in object.get(r, "clients", ["kubectl"])
+	c in {"*", input.client}
 	some sel in r.clusters
 	object.get(sel, "name", input.cluster.name) in {"*", input.cluster.name}
 	object.subset(object.get(input.cluster, "labels", {}), object.get(sel, "labels", {}))
@@ -35,8 +41,10 @@ groups contains g if {
 # clusters is the set of names of input.clusters where input.principal may
 # assume at least one group.
 clusters contains cluster.name if {
+	roles.registered(input.client)
 	some cluster in input.clusters
 	some role in roles.bound
+	roles.serves(role, input.client)
 	roles.selects(role, cluster)
 	some g in data.limen.config.roles[role].groups
 	roles.valid_group(g)

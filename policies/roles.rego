@@ -35,6 +35,23 @@ selects(role, cluster) if {
 	object.subset(object.get(cluster, "labels", {}), object.get(sel, "labels", {}))
 }
 
+# serves(role, client) holds when the role applies to credentials of
+# client: one its "clients" list names, or any registered client for "*".
+# A role without "clients" serves the command line (kubectl) only, so a new
+# application gets no group until a role names it: one person's groups reach
+# a second client only where policy says so.
+serves(role, client) if {
+	some c in object.get(data.limen.config.roles[role], "clients", ["kubectl"])
+	c in {"*", client}
+}
+
+# registered(client) holds for a client the policy data registers; every
+# other client, and a credential with none, gets nothing.
+registered(client) if {
+	is_string(client)
+	data.limen.config.clients[client]
+}
+
 # has_selector(sel) holds when sel names a cluster or lists labels.
 has_selector(sel) if sel.name
 

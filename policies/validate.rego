@@ -17,9 +17,9 @@ errors contains "data.limen.config must be an object with \"roles\" and \"bindin
 	not is_object(config)
 }
 
-errors contains sprintf("data.limen.config has unknown key %q (allowed: roles, bindings, bots)", [key]) if {
+errors contains sprintf("data.limen.config has unknown key %q (allowed: roles, bindings, bots, clients)", [key]) if {
 	some key, _ in config
-	not key in {"roles", "bindings", "bots"}
+	not key in {"roles", "bindings", "bots", "clients"}
 }
 
 # bots.<name>.oidc lists the CI tokens that log the bot in (bots.rego): each
@@ -45,15 +45,35 @@ valid_bot_oidc(rule) if {
 	}
 }
 
+# The clients' own entries (scope lists, prefixes) are validated by Limen
+# when the bundle activates (gateway/scope), with messages naming the key.
+errors contains "data.limen.config.clients must be an object mapping client names to their entries" if {
+	"clients" in object.keys(config)
+	not is_object(config.clients)
+}
+
+errors contains sprintf("role %q: \"clients\" must be a list of client names (\"*\" for every registered client)", [name]) if {
+	some name, role in config.roles
+	not all_strings(object.get(role, "clients", []))
+}
+
+errors contains sprintf("role %q names client %q, which data.limen.config.clients does not register", [name, c]) if {
+	some name, role in config.roles
+	some c in object.get(role, "clients", [])
+	is_string(c)
+	c != "*"
+	not object.get(config, "clients", {})[c]
+}
+
 errors contains sprintf("role %q must be an object with \"groups\" and \"clusters\"", [name]) if {
 	some name, role in config.roles
 	not is_object(role)
 }
 
-errors contains sprintf("role %q has unknown key %q (allowed: description, groups, clusters, admin)", [name, key]) if {
+errors contains sprintf("role %q has unknown key %q (allowed: description, groups, clusters, clients, admin)", [name, key]) if {
 	some name, role in config.roles
 	some key, _ in role
-	not key in {"description", "groups", "clusters", "admin"}
+	not key in {"description", "groups", "clusters", "clients", "admin"}
 }
 
 errors contains sprintf("role %q: \"groups\" must be a list of group names", [name]) if {

@@ -12,6 +12,14 @@ config := {
 		"named-and-labelled": {"groups": ["team:x"], "clusters": [{"name": "prod", "labels": {"tier": "gold"}}]},
 		"admin": {"groups": ["limen:edit"], "clusters": [{"name": "*"}], "admin": ["*"]},
 		"locker": {"groups": [], "clusters": [], "admin": ["user.lock"]},
+		"menu-editor": {"groups": ["limen:menu-edit"], "clusters": [{"name": "*"}], "clients": ["coffee-menu"]},
+		"console-view": {"groups": ["limen:console-view"], "clusters": [{"name": "demo"}], "clients": ["console"]},
+		"view-any-client": {"groups": ["limen:any-view"], "clusters": [{"name": "demo"}], "clients": ["*"]},
+	},
+	"clients": {
+		"kubectl": {"unscoped": true},
+		"console": {"userPrefix": "console:"},
+		"coffee-menu": {"scope": []},
 	},
 	"bindings": {
 		"users": {"bob": ["view-demo"], "carol": ["locker"], "erin": ["named-and-labelled"]},
@@ -20,6 +28,7 @@ config := {
 			"dev": ["edit-dev", "view-everywhere"],
 			"admins": ["admin"],
 			"eu-oncall": ["edit-eu-prod"],
+			"baristas": ["menu-editor", "console-view", "view-any-client", "view-demo"],
 		}},
 	},
 }

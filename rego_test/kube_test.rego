@@ -5,7 +5,7 @@ import data.limen.kube
 
 groups_for(principal, cluster) := g if {
 	g := kube.groups with data.limen.config as fixtures.config
-		with input as {"principal": principal, "cluster": cluster}
+		with input as {"client": "kubectl", "principal": principal, "cluster": cluster}
 }
 
 test_trait_grants_edit_on_labelled_cluster if {
@@ -68,7 +68,7 @@ test_trait_value_under_other_trait_name_denied if {
 
 test_missing_cluster_denied if {
 	kube.groups == set() with data.limen.config as fixtures.config
-		with input as {"principal": fixtures.alice}
+		with input as {"client": "kubectl", "principal": fixtures.alice}
 }
 
 test_admin_trait_edit_everywhere if {
@@ -77,25 +77,25 @@ test_admin_trait_edit_everywhere if {
 
 test_grants_explain_roles if {
 	g := kube.grants with data.limen.config as fixtures.config
-		with input as {"principal": fixtures.alice, "cluster": fixtures.demo}
+		with input as {"client": "kubectl", "principal": fixtures.alice, "cluster": fixtures.demo}
 	g == {"edit-dev": {"limen:edit"}, "view-everywhere": {"limen:view"}}
 }
 
 test_clusters_lists_reachable if {
 	c := kube.clusters with data.limen.config as fixtures.config
-		with input as {"principal": fixtures.bob, "clusters": [fixtures.demo, fixtures.prod, fixtures.prod_eu]}
+		with input as {"client": "kubectl", "principal": fixtures.bob, "clusters": [fixtures.demo, fixtures.prod, fixtures.prod_eu]}
 	c == {"demo"}
 }
 
 test_clusters_for_trait if {
 	p := {"kind": "user", "name": "x", "traits": {"groups": ["eu-oncall"]}}
 	c := kube.clusters with data.limen.config as fixtures.config
-		with input as {"principal": p, "clusters": [fixtures.demo, fixtures.prod, fixtures.prod_eu]}
+		with input as {"client": "kubectl", "principal": p, "clusters": [fixtures.demo, fixtures.prod, fixtures.prod_eu]}
 	c == {"prod-eu"}
 }
 
 test_no_data_grants_nothing if {
-	kube.groups == set() with input as {"principal": fixtures.alice, "cluster": fixtures.demo}
+	kube.groups == set() with input as {"client": "kubectl", "principal": fixtures.alice, "cluster": fixtures.demo}
 }
 
 # groups inlines the selector logic for speed; it must agree with grants,
@@ -113,8 +113,40 @@ test_groups_agrees_with_grants if {
 	every p in principals {
 		every c in clusters {
 			g := kube.grants with data.limen.config as fixtures.config
-				with input as {"principal": p, "cluster": c}
+				with input as {"client": "kubectl", "principal": p, "cluster": c}
 			groups_for(p, c) == {x | some gs in g; some x in gs}
 		}
 	}
+}
+
+groups_through(client, principal, cluster) := g if {
+	g := kube.groups with data.limen.config as fixtures.config
+		with input as {"client": client, "principal": principal, "cluster": cluster}
+}
+
+barista := {"kind": "user", "name": "erin", "traits": {"groups": ["baristas"]}}
+
+test_role_without_clients_serves_kubectl_only if {
+	groups_through("kubectl", barista, fixtures.demo) == {"limen:view", "limen:any-view"}
+	groups_through("console", barista, fixtures.demo) == {"limen:console-view", "limen:any-view"}
+	groups_through("coffee-menu", barista, fixtures.prod) == {"limen:menu-edit"}
+}
+
+test_unregistered_missing_or_malformed_client_gets_nothing if {
+	every client in ["", "kubectl2", "Kubectl", "kubectl,console", ["kubectl"], 1, null] {
+		groups_through(client, barista, fixtures.demo) == set()
+	}
+	kube.groups == set() with data.limen.config as fixtures.config
+		with input as {"principal": barista, "cluster": fixtures.demo}
+}
+
+test_unregistered_client_reaches_no_cluster if {
+	kube.clusters == set() with data.limen.config as fixtures.config
+		with input as {"client": "nobody", "principal": fixtures.alice, "clusters": [fixtures.demo, fixtures.prod]}
+}
+
+test_data_without_clients_grants_nothing if {
+	cfg := object.remove(fixtures.config, ["clients"])
+	kube.groups == set() with data.limen.config as cfg
+		with input as {"client": "kubectl", "principal": fixtures.alice, "cluster": fixtures.demo}
 }

@@ -10,13 +10,14 @@ hostile := {
 		"space": {"groups": ["limen: view", "", "-x", 7], "clusters": [{"name": "*"}]},
 	},
 	"bindings": {"users": {"eve": ["evil", "evil-case", "space"]}},
+	"clients": {"kubectl": {"unscoped": true}},
 }
 
 eve := {"kind": "user", "name": "eve"}
 
 test_system_groups_never_granted if {
 	g := kube.groups with data.limen.config as hostile
-		with input as {"principal": eve, "cluster": {"name": "demo"}}
+		with input as {"client": "kubectl", "principal": eve, "cluster": {"name": "demo"}}
 	g == {"limen:view"}
 }
 
@@ -24,8 +25,9 @@ test_system_groups_never_in_clusters if {
 	c := kube.clusters with data.limen.config as {
 		"roles": {"evil": {"groups": ["system:masters"], "clusters": [{"name": "*"}]}},
 		"bindings": {"users": {"eve": ["evil"]}},
+		"clients": {"kubectl": {"unscoped": true}},
 	}
-		with input as {"principal": eve, "clusters": [{"name": "demo"}]}
+		with input as {"client": "kubectl", "principal": eve, "clusters": [{"name": "demo"}]}
 	c == set()
 }
 

@@ -20,7 +20,7 @@ test_config_not_object if {
 }
 
 test_unknown_top_level_key if {
-	errors_for({"roles": {}, "bindings": {}, "rolez": {}}) == {`data.limen.config has unknown key "rolez" (allowed: roles, bindings, bots)`}
+	errors_for({"roles": {}, "bindings": {}, "rolez": {}}) == {`data.limen.config has unknown key "rolez" (allowed: roles, bindings, bots, clients)`}
 }
 
 test_empty_selector_refused if {
@@ -58,7 +58,19 @@ test_bad_admin_list if {
 
 test_unknown_role_key if {
 	errs := errors_for({"roles": {"r": {"groups": [], "clusters": [], "group": ["x"]}}})
-	errs == {`role "r" has unknown key "group" (allowed: description, groups, clusters, admin)`}
+	errs == {`role "r" has unknown key "group" (allowed: description, groups, clusters, clients, admin)`}
+}
+
+test_role_clients_must_be_registered if {
+	errors_for({"roles": {"r": {"groups": ["g"], "clusters": [{"name": "*"}], "clients": ["ghost"]}}, "clients": {"kubectl": {}}}) == {`role "r" names client "ghost", which data.limen.config.clients does not register`}
+}
+
+test_role_clients_must_be_strings if {
+	errors_for({"roles": {"r": {"groups": ["g"], "clusters": [{"name": "*"}], "clients": "kubectl"}}, "clients": {"kubectl": {}}}) == {`role "r": "clients" must be a list of client names ("*" for every registered client)`}
+}
+
+test_clients_must_be_an_object if {
+	errors_for({"roles": {}, "clients": ["kubectl"]}) == {"data.limen.config.clients must be an object mapping client names to their entries"}
 }
 
 test_bot_oidc_rules if {

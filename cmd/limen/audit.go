@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/viper"
 
 	"github.com/limenhq/limen/gateway/audit"
+	"github.com/limenhq/limen/gateway/identity"
 )
 
 func newAuditCmd() *cobra.Command {
@@ -158,6 +159,8 @@ func writeEventsTable(w io.Writer, events []audit.Event) error {
 		who := e.Principal.String()
 		if e.Principal.Name == "" {
 			who = "-"
+		} else if c := e.Principal.ClientID; c != "" && c != identity.ClientKubectl {
+			who += " via " + c // the command line's is the usual case, left unsaid
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", e.Time.Local().Format(time.RFC3339), e.Type, who, dash(e.Cluster), eventDetail(e))
 	}

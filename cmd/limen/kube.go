@@ -20,7 +20,7 @@ func newKubeCmd() *cobra.Command {
 		Short: "Kubernetes access through Limen: list clusters, write kubeconfigs, the kubectl credential plugin",
 	}
 	cmd.PersistentFlags().String("proxy", "", "proxy HOST:PORT (default: the last one logged in to)")
-	cmd.AddCommand(newKubeLsCmd(), newKubeLoginCmd(), newKubeCredentialsCmd())
+	cmd.AddCommand(newKubeLsCmd(), newKubeLoginCmd(), newKubeCredentialsCmd(), newKubeAccessCmd())
 	return cmd
 }
 
@@ -57,8 +57,9 @@ func newKubeLsCmd() *cobra.Command {
 }
 
 func newKubeLoginCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "login CLUSTER",
+	var app string
+	cmd := &cobra.Command{
+		Use:   "login CLUSTER [--app NAME]",
 		Short: "Write a kubeconfig for CLUSTER whose only credential is the limen plugin, and print the export line",
 		Long: `Write a separate JSON kubeconfig for CLUSTER in the profile directory. Its
 server is https://HOST:PORT with no path, its tls-server-name is
@@ -67,7 +68,12 @@ kubectl proxy work; no DNS record is needed), and its only credential is
 the exec plugin "limen kube credentials". Use it with the printed export
 line, or merge it with your own as KUBECONFIG=yours:this. Kubeconfigs
 written before, with the server https://HOST:PORT/k8s/CLUSTER, keep
-working except for commands that drop the path.`,
+working except for commands that drop the path.
+
+With --app NAME the kubeconfig's credential is bound to the application
+client NAME, registered in policy: the plugin exchanges your login
+certificate for a short-lived one for NAME, and requests made with it get
+NAME's groups, user name and scope, never the command line's.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			p, err := commandProfile(cmd)
@@ -90,7 +96,14 @@ working except for commands that drop the path.`,
 			if exe, err = filepath.EvalSymlinks(exe); err != nil {
 				return fmt.Errorf("find the limen binary for the kubeconfig: %w", err)
 			}
-			plugin := profile.Plugin{Command: exe}
+			plugin := profile.Plugin{Command: exe, App: app}
+			if app != "" {
+				// Fail now, not at kubectl's first request, if the proxy
+				// will not issue the application's certificate.
+				if _, err := p.AppCredentials(cmd.Context(), app, time.Now()); err != nil {
+					return err
+				}
+			}
 			if h := os.Getenv("LIMEN_HOME"); h != "" {
 				plugin.Env = map[string]string{"LIMEN_HOME": h}
 			}
@@ -102,10 +115,13 @@ working except for commands that drop the path.`,
 			return nil
 		},
 	}
+	cmd.Flags().StringVar(&app, "app", "", "bind the credential to this application client, registered in policy")
+	return cmd
 }
 
 func newKubeCredentialsCmd() *cobra.Command {
-	return &cobra.Command{
+	var app string
+	cmd := &cobra.Command{
 		Use:   "credentials",
 		Short: "kubectl exec credential plugin: print the stored certificate as an ExecCredential",
 		Long: `Print the stored certificate and key as a client.authentication.k8s.io/v1
@@ -117,7 +133,12 @@ exits non-zero and says to run limen login.`,
 			if err != nil {
 				return err
 			}
-			creds, err := pluginCredentials(cmd.Context(), p, time.Now())
+			var creds *profile.Credentials
+			if app != "" {
+				creds, err = p.AppCredentials(cmd.Context(), app, time.Now())
+			} else {
+				creds, err = pluginCredentials(cmd.Context(), p, time.Now())
+			}
 			if err != nil {
 				return err
 			}
@@ -129,4 +150,6 @@ exits non-zero and says to run limen login.`,
 			return err
 		},
 	}
+	cmd.Flags().StringVar(&app, "app", "", "print the certificate bound to this application client (limen kube login --app)")
+	return cmd
 }

@@ -50,6 +50,7 @@ func newPolicyEvalCmd() *cobra.Command {
 	f := cmd.Flags()
 	f.String("principal", "", "user or bot name (required)")
 	f.String("kind", string(identity.KindUser), "principal kind: user or bot")
+	f.String("client", identity.ClientKubectl, "the client the credential names: kubectl, console or an application registered in policy")
 	f.StringSlice("traits", nil, "principal trait as NAME=VALUE (repeatable, or comma-separated)")
 	f.String("cluster", "", "cluster name (required)")
 	f.StringSlice("labels", nil, "cluster label as NAME=VALUE (repeatable, or comma-separated)")
@@ -68,6 +69,10 @@ func runPolicyEval(cmd *cobra.Command, _ []string) error {
 	p, c, err := evalInput(v.GetString("principal"), v.GetString("kind"), v.GetStringSlice("traits"), v.GetString("cluster"), v.GetStringSlice("labels"))
 	if err != nil {
 		return err
+	}
+	p.ClientID = v.GetString("client")
+	if err := identity.ValidClient(p.ClientID); err != nil {
+		return fmt.Errorf("client: %w", err)
 	}
 	engine, err := cliEngine(cmd, v)
 	if err != nil {

@@ -28,6 +28,7 @@ func newStatusCmd() *cobra.Command {
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "Proxy:       %s\n", p.Proxy)
 			fmt.Fprintf(out, "Logged in as: %s\n", creds.Principal.String())
+			fmt.Fprintf(out, "Client:      %s\n", clientName(creds.Principal))
 			fmt.Fprintf(out, "Traits:      %s\n", formatTraits(creds.Principal))
 			left := time.Until(creds.Cert.NotAfter).Round(time.Minute)
 			fmt.Fprintf(out, "Valid until: %s (%s left)\n", creds.Cert.NotAfter.Local().Format(time.RFC1123), left)
@@ -52,6 +53,15 @@ func newStatusCmd() *cobra.Command {
 	}
 	cmd.Flags().String("proxy", "", "proxy HOST:PORT (default: the last one logged in to)")
 	return cmd
+}
+
+// clientName is the client a credential names; one naming none says so
+// (the proxy refuses it).
+func clientName(p identity.Principal) string {
+	if p.ClientID == "" {
+		return "(none: this certificate gets nothing, run limen login)"
+	}
+	return p.ClientID
 }
 
 func formatTraits(p identity.Principal) string { return formatTraitMap(p.Traits) }

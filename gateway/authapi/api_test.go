@@ -78,7 +78,7 @@ func setup(t *testing.T) *env {
 	e.locks = locks.NewSet()
 	pol := fakePolicy{clusters: []string{"prod", "staging"}}
 	h, err := authapi.New(authapi.Config{CA: e.ca, Users: e.users, Tokens: e.tokens, Clusters: pol, Admin: pol,
-		Workers: fakeWorkers{"prod": true}, Logger: quiet, Audit: e.audit, Locks: e.locks, Now: clock,
+		Workers: fakeWorkers{"prod": true}, Logger: quiet, Audit: e.audit, Locks: e.locks, Now: clock, ClientRegistry: registry{"coffee-menu"},
 		OnLogin: func(r string) { e.loginsMu.Lock(); e.logins = append(e.logins, r); e.loginsMu.Unlock() }})
 	if err != nil {
 		t.Fatal(err)

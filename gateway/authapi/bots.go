@@ -195,7 +195,8 @@ func (h *Handler) botLogin(w http.ResponseWriter, r *http.Request) {
 		h.storeFailed(w, err)
 		return
 	}
-	p := identity.Principal{Kind: identity.KindBot, Name: b.Name, Traits: b.Traits}
+	// A bot's login is the command line's: its certificate names kubectl.
+	p := identity.Principal{Kind: identity.KindBot, Name: b.Name, Traits: b.Traits, ClientID: identity.ClientKubectl}
 	// The certificate ends with the secret: renewal needs it again.
 	h.issue(w, r, csr, ttl, p, "bot-secret:"+info.ID, info.Expires)
 }
@@ -235,7 +236,7 @@ func (h *Handler) botOIDCLogin(w http.ResponseWriter, r *http.Request) {
 		h.storeFailed(w, err)
 		return
 	}
-	p := identity.Principal{Kind: identity.KindBot, Name: b.Name, Traits: b.Traits}
+	p := identity.Principal{Kind: identity.KindBot, Name: b.Name, Traits: b.Traits, ClientID: identity.ClientKubectl}
 	allow, err := h.cfg.BotPolicy.BotOIDCAllow(r.Context(), p, ci.Name, tok.Claims)
 	if err != nil {
 		h.api.Logger.Error("bot policy evaluation failed", "bot", b.Name, "err", err)

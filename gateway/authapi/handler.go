@@ -61,6 +61,9 @@ type Config struct {
 	ClientAddr func(*http.Request) string
 	// Now is the clock for the caller checks; nil means time.Now.
 	Now func() time.Time
+	// ClientRegistry says which application clients policy registers, for
+	// PathClientCert; nil refuses that endpoint with 503.
+	ClientRegistry ClientRegistry
 	// OnLogin, if set, is told of each password login's result: "ok",
 	// "bad_credentials", "rate_limited" or "unavailable" (metrics).
 	OnLogin func(result string)
@@ -103,6 +106,7 @@ func New(cfg Config) (*Handler, error) {
 	api.Public("POST "+PathEnroll, h.enroll)
 	api.Authenticated("GET "+PathWhoAmI, h.whoami)
 	api.Authenticated("GET "+PathClusters, h.clusters)
+	api.Authenticated("POST "+PathClientCert, h.clientCert)
 	api.Admin("GET "+PathUsers, ActionUsersList, h.listUsers)
 	api.Admin("POST "+PathUsers, ActionUsersAdd, h.addUser)
 	api.Admin("DELETE "+PathUsers+"/{name}", ActionUsersRemove, h.removeUser)

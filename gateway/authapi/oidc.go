@@ -137,6 +137,7 @@ func (h *Handler) oidcLogin(w http.ResponseWriter, r *http.Request) {
 		h.oidcRefused(w, r, err)
 		return
 	}
+	p.ClientID = identity.ClientKubectl // limen login --oidc: the command line's
 	h.issue(w, r, csr, ttl, p, "oidc", time.Time{})
 }
 
@@ -173,6 +174,7 @@ func (h *Handler) oidcDeviceToken(w http.ResponseWriter, r *http.Request) {
 		h.oidcRefused(w, r, err)
 		return
 	}
+	p.ClientID = identity.ClientKubectl // limen login --oidc --device: the command line's
 	resp, ok := h.issue(nil, r, csr, ttl, p, "oidc-device", time.Time{})
 	if !ok {
 		apihttp.WriteError(w, http.StatusServiceUnavailable, "could not issue and audit the certificate: try again later")

@@ -65,7 +65,9 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 		apihttp.WriteError(w, http.StatusServiceUnavailable, "user store unavailable: try again later")
 		return
 	}
-	p := identity.Principal{Kind: identity.KindUser, Name: u.Name, Traits: u.Traits, LoginID: newLoginID()}
+	// A password login is the command line's: its certificate names the
+	// kubectl client (an application's comes from PathClientCert).
+	p := identity.Principal{Kind: identity.KindUser, Name: u.Name, Traits: u.Traits, ClientID: identity.ClientKubectl, LoginID: newLoginID()}
 	cert, err := h.cfg.CA.IssueUser(csr.PublicKey, p, ttl)
 	if err != nil {
 		h.api.Logger.Error("login: issue certificate", "user", u.Name, "err", err)

@@ -20,7 +20,7 @@ import (
 //	    version   INTEGER (1),
 //	    kind      UTF8String,            -- "user" or "bot"
 //	    name      UTF8String,
-//	    clientID  UTF8String,            -- empty: no application
+//	    clientID  UTF8String,            -- the one client (identity.ValidClient); empty gets nothing
 //	    loginID   UTF8String,            -- empty: unknown
 //	    traits    SEQUENCE OF Trait      -- sorted by name, names unique
 //	}
@@ -75,6 +75,9 @@ type workerASN1 struct {
 // EncodePrincipal returns the DER value of the principal extension for p.
 func EncodePrincipal(p identity.Principal) ([]byte, error) {
 	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	if err := identity.ValidClient(p.ClientID); p.ClientID != "" && err != nil {
 		return nil, err
 	}
 	if len(p.Traits) > maxTraits {
@@ -140,8 +143,12 @@ func DecodePrincipal(der []byte) (identity.Principal, error) {
 	if err := p.Validate(); err != nil {
 		return zero, fmt.Errorf("%w: %v", ErrBadExtension, err)
 	}
-	if err := validOptional(p.ClientID); err != nil {
-		return zero, fmt.Errorf("%w: client id: %v", ErrBadExtension, err)
+	if p.ClientID != "" {
+		// Empty decodes (the kube path refuses it: no client, nothing);
+		// anything else must name exactly one client.
+		if err := identity.ValidClient(p.ClientID); err != nil {
+			return zero, fmt.Errorf("%w: client: %v", ErrBadExtension, err)
+		}
 	}
 	if err := validOptional(p.LoginID); err != nil {
 		return zero, fmt.Errorf("%w: login id: %v", ErrBadExtension, err)

@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/crypto/bcrypt"
 
+	"github.com/limenhq/limen/gateway/access"
 	"github.com/limenhq/limen/gateway/adminapi"
 	"github.com/limenhq/limen/gateway/audit"
 	"github.com/limenhq/limen/gateway/console"
@@ -283,20 +284,21 @@ func TestPagesNeedPolicy(t *testing.T) {
 	}
 }
 
-// The "what may I do" page renders the three answers of #13's computation,
-// asked for the signed-in person through the client they name, not through
-// the console. The computation is a stand-in here (#13 builds it); without
-// one, the page says it is not wired.
+// The "what may I do" page renders gateway/access's three answers per
+// resource and verb, asked for the signed-in person through the client they
+// name (kubectl unless they name one), never through the console. The
+// computation is a stand-in here; the e2e asks the real one. Without one,
+// the page says it is not wired.
 func TestAccessPage(t *testing.T) {
 	var asked identity.Principal
-	stand := func(_ context.Context, p identity.Principal, cluster, ns, client string) (console.AccessReport, error) {
+	stand := func(_ context.Context, p identity.Principal, _ time.Time, cluster, ns string) (access.Report, error) {
 		asked = p
-		return console.AccessReport{Cluster: cluster, Namespace: ns, Client: client, User: "bob", Groups: []string{"limen:view"},
-			Rules: []console.AccessRule{
-				{Verbs: []string{"get", "list"}, Resources: []string{"pods"}, Answer: console.AnswerAllowed},
-				{Verbs: []string{"delete"}, Resources: []string{"pods"}, Answer: console.AnswerRefusedK8s, Reason: "RBAC: no rule"},
-				{Verbs: []string{"create"}, Resources: []string{"pods/exec"}, Answer: console.AnswerOutOfScope, Reason: "not in the scope of grafana"},
-			}}, nil
+		return access.Report{Cluster: cluster, Namespace: ns, Client: p.ClientID, Rows: []access.Row{
+			{Resource: access.Resource{Version: "v1", Resource: "pods"},
+				Answers: map[string]access.Answer{"get": access.Allowed, "delete": access.RefusedByKubernetes}},
+			{Resource: access.Resource{Version: "v1", Resource: "pods", Subresource: "exec"},
+				Answers: map[string]access.Answer{"create": access.OutOfScope}},
+		}}, nil
 	}
 	e := newEnvWith(t, stand)
 	c := e.client(t)
@@ -305,13 +307,16 @@ func TestAccessPage(t *testing.T) {
 	if st != http.StatusOK {
 		t.Fatalf("access page: %d", st)
 	}
-	for _, want := range []string{console.AnswerAllowed, "refused by Kubernetes", console.AnswerOutOfScope, "not in the scope of grafana", "limen:view"} {
+	for _, want := range []string{string(access.Allowed), "refused by Kubernetes", string(access.OutOfScope), "pods/exec", "deletecollection"} {
 		if !strings.Contains(body, want) {
 			t.Errorf("the access page lacks %q", want)
 		}
 	}
 	if asked.Name != "bob" || asked.ClientID != "grafana" {
 		t.Errorf("asked for %+v, want bob through grafana", asked)
+	}
+	if _, _, _ = page(t, c, e, "/console/access?cluster=demo"); asked.ClientID != "kubectl" {
+		t.Errorf("with no client named, asked through %q, want kubectl", asked.ClientID)
 	}
 	unwired := newEnv(t)
 	c = unwired.client(t)

@@ -61,7 +61,7 @@ func (s *Signer) Sign(g Grant, revision string, certExpiry time.Time) ([]byte, G
 	if reuse == 0 {
 		reuse = DefaultReuse
 	}
-	key := decisionKey(g.Principal, g.Cluster, g.Groups, revision)
+	key := decisionKey(g.Principal, g.Cluster, g.Groups, revision) + "\x00" + g.Purpose
 	now := g.IssuedAt
 	if reuse > 0 {
 		s.mu.Lock()
@@ -103,8 +103,10 @@ func (s *Signer) Sign(g Grant, revision string, certExpiry time.Time) ([]byte, G
 	return token, g, nil
 }
 
-// decisionKey names one decision. Principal.String and the groups can
-// hold no NUL byte, so the fields cannot run into each other.
+// decisionKey names one decision. Principal.String, the client and the
+// groups can hold no NUL byte, so the fields cannot run into each other.
+// The client is part of it: a grant signed for one client must never be
+// reused for another, whose scope and user name differ.
 func decisionKey(p identity.Principal, cluster string, groups []string, revision string) string {
 	gs := slices.Compact(slices.Sorted(slices.Values(groups)))
 	traits := make([]string, 0, len(p.Traits))
@@ -112,7 +114,7 @@ func decisionKey(p identity.Principal, cluster string, groups []string, revision
 		traits = append(traits, k+"="+strings.Join(vs, ","))
 	}
 	slices.Sort(traits)
-	return fmt.Sprintf("%s\x00%s\x00%s\x00%s\x00%s", p, strings.Join(traits, "\x01"), cluster, strings.Join(gs, "\x01"), revision)
+	return fmt.Sprintf("%s\x00%s\x00%s\x00%s\x00%s\x00%s", p, p.ClientID, strings.Join(traits, "\x01"), cluster, strings.Join(gs, "\x01"), revision)
 }
 
 // Verifier verifies grants for the worker, checking each distinct token's

@@ -49,6 +49,7 @@ func TestSignerReusesOnlyTheSameDecision(t *testing.T) {
 		{"another cluster", at(time.Second, func(g *Grant) { g.Cluster = "prod-2" }), "rev-1", certExpiry, false},
 		{"another principal", at(time.Second, func(g *Grant) { g.Principal.Name = "bob" }), "rev-1", certExpiry, false},
 		{"a bot of the same name", at(time.Second, func(g *Grant) { g.Principal.Kind = identity.KindBot }), "rev-1", certExpiry, false},
+		{"another client", at(time.Second, func(g *Grant) { g.Principal.ClientID = "coffee-menu" }), "rev-1", certExpiry, false},
 		{"other traits", at(time.Second, func(g *Grant) { g.Principal.Traits = map[string][]string{"team": {"b"}} }), "rev-1", certExpiry, false},
 		{"a certificate expiring before the cached grant", at(time.Second, func(g *Grant) { g.ExpiresAt = t0.Add(5 * time.Minute) }), "rev-1", t0.Add(5 * time.Minute), false},
 	}

@@ -83,7 +83,17 @@ type Grant struct {
 	Cluster   string    `json:"cluster"`
 	IssuedAt  time.Time `json:"iat"`
 	ExpiresAt time.Time `json:"exp"`
+	// Purpose, when set, restricts the grant to one kind of request the
+	// proxy makes itself: PurposeAccessReview carries only a
+	// SelfSubjectRulesReview, which the client's scope does not govern
+	// (it asks Kubernetes what the client's identity may do, and does
+	// nothing). Empty is an ordinary grant.
+	Purpose string `json:"purpose,omitempty"`
 }
+
+// PurposeAccessReview is the purpose of the grant under which the proxy
+// asks "what may I do" (gateway/access) as the client's identity.
+const PurposeAccessReview = "access-review"
 
 // NewSessionID returns 128 random bits as 32 lowercase hex characters.
 func NewSessionID() (string, error) {
@@ -205,6 +215,9 @@ func (g Grant) validate() error {
 	}
 	if err := validGroups(g.Groups); err != nil {
 		return err
+	}
+	if g.Purpose != "" && g.Purpose != PurposeAccessReview {
+		return fmt.Errorf("unknown purpose %q", clip(g.Purpose))
 	}
 	switch {
 	case g.IssuedAt.IsZero() || g.ExpiresAt.IsZero():

@@ -25,8 +25,10 @@ type Principal struct {
 	Kind   Kind                `json:"kind"`
 	Name   string              `json:"name"`
 	Traits map[string][]string `json:"traits,omitempty"`
-	// ClientID names the application the credential was issued to, if any
-	// (DESIGN.md §7). Empty for plain kubectl use.
+	// ClientID names the one client the credential was issued to (DESIGN.md
+	// §7): ClientKubectl, ClientConsole or an application registered in
+	// policy. A credential with none, or with a malformed one, gets nothing
+	// (ValidClient); there is no fallback to kubectl.
 	ClientID string `json:"client_id,omitempty"`
 	// LoginID identifies the login that produced the credential, so that audit
 	// can tie every request back to one login.
@@ -88,4 +90,48 @@ func printable(s string) bool {
 		}
 	}
 	return true
+}
+
+// The clients Limen itself issues credentials to. Every other client is an
+// application registered in policy data (data.limen.config.clients).
+const (
+	// ClientKubectl is the command line: limen login and limen kube login.
+	ClientKubectl = "kubectl"
+	// ClientConsole is Limen's web console.
+	ClientConsole = "console"
+)
+
+// MaxClientLen bounds a client name: a DNS label, so that it fits wherever
+// a name of a Kubernetes object would.
+const MaxClientLen = 63
+
+// ValidClient checks a credential's client name: 1–63 lower-case letters,
+// digits and inner hyphens, exactly one name. There is no default: an empty
+// name is an error, never "kubectl", and a spelling that might be read as
+// two names or as another name ("a,b", " kubectl", "Kubectl") is refused
+// rather than interpreted, since a wrong guess hands out another client's
+// groups.
+func ValidClient(s string) error {
+	switch {
+	case s == "":
+		return errors.New("the credential names no client")
+	case len(s) > MaxClientLen:
+		return fmt.Errorf("client name is longer than %d bytes", MaxClientLen)
+	case s[0] == '-' || s[len(s)-1] == '-':
+		return fmt.Errorf("client name %q starts or ends with a hyphen", s)
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' {
+			return fmt.Errorf("client name %q: only lower-case letters, digits and hyphens name one client", printableOrQuoted(s))
+		}
+	}
+	return nil
+}
+
+func printableOrQuoted(s string) string {
+	if len(s) > 64 {
+		s = s[:64]
+	}
+	return strings.ToValidUTF8(s, "?")
 }

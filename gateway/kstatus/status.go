@@ -12,10 +12,21 @@ import (
 // a Kubernetes Status, so kubectl prints the message as it prints the API
 // server's own errors, and the same message as a Warning header.
 func Refusal(code int, msg string) (http.Header, []byte) {
+	return RefusalReason(code, "", msg)
+}
+
+// RefusalReason is Refusal with its own Status reason, so that a client can
+// tell Limen's refusal from the API server's (kubectl prints it in
+// "Error from server (REASON)"); "" takes the code's usual reason.
+func RefusalReason(code int, reason, msg string) (http.Header, []byte) {
+	r := metav1.StatusReason(reason)
+	if r == "" {
+		r = reasonFor(code)
+	}
 	body, _ := json.Marshal(metav1.Status{
 		TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
 		Status:   metav1.StatusFailure, Message: msg, Code: int32(code),
-		Reason: reasonFor(code),
+		Reason: r,
 	})
 	h := http.Header{
 		"Content-Type":           {"application/json"},

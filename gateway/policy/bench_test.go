@@ -42,6 +42,7 @@ func largeData() map[string]any {
 	return map[string]any{"limen": map[string]any{"config": map[string]any{
 		"roles":    roles,
 		"bindings": map[string]any{"users": users, "traits": map[string]any{"groups": values}},
+		"clients":  map[string]any{"kubectl": map[string]any{"unscoped": true}},
 	}}}
 }
 
@@ -58,9 +59,10 @@ func largeEngine(b *testing.B, cacheEntries int) *Engine {
 }
 
 var benchPrincipal = identity.Principal{
-	Kind:   identity.KindUser,
-	Name:   "user-1234",
-	Traits: map[string][]string{"groups": {"idp-group-17", "idp-group-401", "unbound"}},
+	ClientID: "kubectl",
+	Kind:     identity.KindUser,
+	Name:     "user-1234",
+	Traits:   map[string][]string{"groups": {"idp-group-17", "idp-group-401", "unbound"}},
 }
 
 var benchCluster = Cluster{Name: "cluster-7", Labels: map[string]string{"env": "prod", "team": "t4", "region": "eu"}}

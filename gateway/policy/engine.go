@@ -22,6 +22,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/rego"
 
 	"github.com/limenhq/limen/gateway/identity"
+	"github.com/limenhq/limen/gateway/scope"
 )
 
 // Engine answers policy decisions. It is safe for concurrent use.
@@ -55,6 +56,10 @@ type Decision struct {
 	// Cached says the decision came from the cache of the active bundle's
 	// decisions (Groups only), for traces.
 	Cached bool
+	// Scope is the client's compiled scope from the same bundle (Groups
+	// only); nil, allowing nothing, for a client the policy does not
+	// register.
+	Scope *scope.Scope
 }
 
 // New validates opts and builds an engine. The embedded default or a static
@@ -135,10 +140,16 @@ func (e *Engine) Groups(ctx context.Context, p identity.Principal, c Cluster) (D
 	if err != nil {
 		return Decision{}, err
 	}
+	sc, registered := s.scopes.Client(p.ClientID)
+	if !registered {
+		// A credential naming no client, or one the policy does not
+		// register, gets nothing: never another client's groups.
+		return Decision{Revision: s.revision}, nil
+	}
 	var buf [256]byte
 	key := appendCacheKey(buf[:0], p, c)
 	if g, ok := s.cache.get(key); ok {
-		return Decision{Groups: slices.Clone(g), Revision: s.revision, Cached: true}, nil
+		return Decision{Groups: slices.Clone(g), Revision: s.revision, Cached: true, Scope: sc}, nil
 	}
 	if err := checkInput(p, c); err != nil {
 		return Decision{}, err
@@ -151,7 +162,19 @@ func (e *Engine) Groups(ctx context.Context, p identity.Principal, c Cluster) (D
 		e.log.Warn("policy granted invalid groups; dropped", "principal", p.String(), "cluster", c.Name, "groups", bad, "revision", s.revision)
 	}
 	s.cache.put(key, good)
-	return Decision{Groups: slices.Clone(good), Revision: s.revision}, nil
+	return Decision{Groups: slices.Clone(good), Revision: s.revision, Scope: sc}, nil
+}
+
+// Scope returns a client's compiled scope from the active bundle and its
+// revision; ok is false for a client the policy does not register. The
+// worker matches each request against it again, from its own policy.
+func (e *Engine) Scope(client string) (sc *scope.Scope, ok bool, revision string, err error) {
+	s, err := e.snapshot()
+	if err != nil {
+		return nil, false, "", err
+	}
+	sc, ok = s.scopes.Client(client)
+	return sc, ok, s.revision, nil
 }
 
 func checkInput(p identity.Principal, c Cluster) error {

@@ -27,8 +27,8 @@ func TestEmbeddedExample(t *testing.T) {
 		{"admin on prod", dana, prod, []string{"limen:edit"}},
 		{"ci-deployer bot on demo", ci, demo, []string{"limen:edit"}},
 		{"ci-deployer bot on prod", ci, prod, nil},
-		{"user named like the bot", identity.Principal{Kind: identity.KindUser, Name: "ci-deployer"}, demo, nil},
-		{"stranger", identity.Principal{Kind: identity.KindUser, Name: "mallory", Traits: map[string][]string{"groups": {"Dev", "admins "}}}, demo, nil},
+		{"user named like the bot", identity.Principal{ClientID: "kubectl", Kind: identity.KindUser, Name: "ci-deployer"}, demo, nil},
+		{"stranger", identity.Principal{ClientID: "kubectl", Kind: identity.KindUser, Name: "mallory", Traits: map[string][]string{"groups": {"Dev", "admins "}}}, demo, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -81,7 +81,7 @@ func TestClusters(t *testing.T) {
 		{alice, []string{"demo", "dev-2", "prod"}},
 		{bob, []string{"demo"}},
 		{ci, []string{"demo"}},
-		{identity.Principal{Kind: identity.KindUser, Name: "mallory"}, nil},
+		{identity.Principal{ClientID: "kubectl", Kind: identity.KindUser, Name: "mallory"}, nil},
 	} {
 		got, err := e.Clusters(context.Background(), tt.p, inv)
 		if err != nil {
@@ -128,10 +128,10 @@ func TestHostileInput(t *testing.T) {
 		p    identity.Principal
 		c    Cluster
 	}{
-		{"system user", identity.Principal{Kind: identity.KindUser, Name: "system:admin"}, demo},
-		{"unknown kind", identity.Principal{Kind: "group", Name: "alice"}, demo},
-		{"empty name", identity.Principal{Kind: identity.KindUser}, demo},
-		{"control in trait", identity.Principal{Kind: identity.KindUser, Name: "a", Traits: map[string][]string{"groups": {"dev\x00"}}}, demo},
+		{"system user", identity.Principal{ClientID: "kubectl", Kind: identity.KindUser, Name: "system:admin"}, demo},
+		{"unknown kind", identity.Principal{ClientID: "kubectl", Kind: "group", Name: "alice"}, demo},
+		{"empty name", identity.Principal{ClientID: "kubectl", Kind: identity.KindUser}, demo},
+		{"control in trait", identity.Principal{ClientID: "kubectl", Kind: identity.KindUser, Name: "a", Traits: map[string][]string{"groups": {"dev\x00"}}}, demo},
 		{"empty cluster", alice, Cluster{}},
 		{"cluster with newline", alice, Cluster{Name: "demo\n"}},
 		{"label value too long", alice, Cluster{Name: "demo", Labels: map[string]string{"env": strings.Repeat("d", 64)}}},
@@ -150,11 +150,11 @@ func TestCacheKeyUnambiguous(t *testing.T) {
 		p identity.Principal
 		c Cluster
 	}{
-		{{identity.Principal{Kind: "user", Name: "ab"}, Cluster{Name: "c"}}, {identity.Principal{Kind: "user", Name: "a"}, Cluster{Name: "bc"}}},
-		{{identity.Principal{Kind: "user", Name: "a", Traits: map[string][]string{"g": {"x", "y"}}}, Cluster{Name: "c"}},
-			{identity.Principal{Kind: "user", Name: "a", Traits: map[string][]string{"g": {"x"}, "y": nil}}, Cluster{Name: "c"}}},
-		{{identity.Principal{Kind: "user", Name: "a"}, Cluster{Name: "c", Labels: map[string]string{"k": "v"}}},
-			{identity.Principal{Kind: "user", Name: "a", Traits: map[string][]string{"k": {"v"}}}, Cluster{Name: "c"}}},
+		{{identity.Principal{ClientID: "kubectl", Kind: "user", Name: "ab"}, Cluster{Name: "c"}}, {identity.Principal{ClientID: "kubectl", Kind: "user", Name: "a"}, Cluster{Name: "bc"}}},
+		{{identity.Principal{ClientID: "kubectl", Kind: "user", Name: "a", Traits: map[string][]string{"g": {"x", "y"}}}, Cluster{Name: "c"}},
+			{identity.Principal{ClientID: "kubectl", Kind: "user", Name: "a", Traits: map[string][]string{"g": {"x"}, "y": nil}}, Cluster{Name: "c"}}},
+		{{identity.Principal{ClientID: "kubectl", Kind: "user", Name: "a"}, Cluster{Name: "c", Labels: map[string]string{"k": "v"}}},
+			{identity.Principal{ClientID: "kubectl", Kind: "user", Name: "a", Traits: map[string][]string{"k": {"v"}}}, Cluster{Name: "c"}}},
 	}
 	for i, pr := range pairs {
 		if cacheKey(pr[0].p, pr[0].c) == cacheKey(pr[1].p, pr[1].c) {

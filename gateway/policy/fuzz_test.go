@@ -73,7 +73,7 @@ func FuzzCacheKey(f *testing.F) {
 	f.Add("ab", "", "", "c", "", "", "a", "", "", "bc", "", "")
 	f.Fuzz(func(t *testing.T, n1, t1, v1, c1, k1, l1, n2, t2, v2, c2, k2, l2 string) {
 		mk := func(n, tk, tv, c, lk, lv string) (identity.Principal, Cluster) {
-			p := identity.Principal{Kind: identity.KindUser, Name: n}
+			p := identity.Principal{ClientID: "kubectl", Kind: identity.KindUser, Name: n}
 			if tk != "" {
 				p.Traits = map[string][]string{tk: {tv}}
 			}

@@ -22,10 +22,10 @@ import (
 
 // Test principals and clusters from bundles/example/data.json.
 var (
-	alice  = identity.Principal{Kind: identity.KindUser, Name: "alice", Traits: map[string][]string{"groups": {"dev"}}}
-	bob    = identity.Principal{Kind: identity.KindUser, Name: "bob"}
-	dana   = identity.Principal{Kind: identity.KindUser, Name: "dana", Traits: map[string][]string{"groups": {"admins"}}}
-	ci     = identity.Principal{Kind: identity.KindBot, Name: "ci-deployer"}
+	alice  = identity.Principal{ClientID: "kubectl", Kind: identity.KindUser, Name: "alice", Traits: map[string][]string{"groups": {"dev"}}}
+	bob    = identity.Principal{ClientID: "kubectl", Kind: identity.KindUser, Name: "bob"}
+	dana   = identity.Principal{ClientID: "kubectl", Kind: identity.KindUser, Name: "dana", Traits: map[string][]string{"groups": {"admins"}}}
+	ci     = identity.Principal{ClientID: "kubectl", Kind: identity.KindBot, Name: "ci-deployer"}
 	demo   = Cluster{Name: "demo", Labels: map[string]string{"env": "dev"}}
 	prod   = Cluster{Name: "prod", Labels: map[string]string{"env": "prod"}}
 	devTwo = Cluster{Name: "dev-2", Labels: map[string]string{"env": "dev"}}
@@ -144,6 +144,7 @@ func exampleData(roles map[string]any, users map[string]any) map[string]any {
 	return map[string]any{"limen": map[string]any{"config": map[string]any{
 		"roles":    roles,
 		"bindings": map[string]any{"users": users},
+		"clients":  map[string]any{"kubectl": map[string]any{"unscoped": true}},
 	}}}
 }
 

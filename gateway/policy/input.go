@@ -70,8 +70,11 @@ func clusterTerm(c Cluster) *ast.Term {
 	)
 }
 
+// The client is its own key beside the principal, not one of its traits, so
+// that no identity source can set it by naming a trait "client".
 func groupsInput(p identity.Principal, c Cluster) ast.Value {
 	return ast.NewObject(
+		ast.Item(ast.InternedTerm("client"), ast.StringTerm(p.ClientID)),
 		ast.Item(ast.InternedTerm("principal"), principalTerm(p)),
 		ast.Item(ast.InternedTerm("cluster"), clusterTerm(c)),
 	)
@@ -83,6 +86,7 @@ func clustersInput(p identity.Principal, cs []Cluster) ast.Value {
 		terms[i] = clusterTerm(c)
 	}
 	return ast.NewObject(
+		ast.Item(ast.InternedTerm("client"), ast.StringTerm(p.ClientID)),
 		ast.Item(ast.InternedTerm("principal"), principalTerm(p)),
 		ast.Item(ast.InternedTerm("clusters"), ast.ArrayTerm(terms...)),
 	)
@@ -95,13 +99,16 @@ func adminInput(p identity.Principal, action string) ast.Value {
 	)
 }
 
-// appendCacheKey appends a key that identifies a (principal, cluster) pair
+// appendCacheKey appends a key that identifies a (principal, client, cluster) triple
 // unambiguously: every string is length-prefixed and every map is counted
 // and written in key order. Callers pass a stack buffer so that a cache hit
 // allocates nothing for the key.
 func appendCacheKey(b []byte, p identity.Principal, c Cluster) []byte {
 	b = appendString(b, string(p.Kind))
 	b = appendString(b, p.Name)
+	// The client decides the groups as much as the name: an application
+	// must never be answered from kubectl's cached decision.
+	b = appendString(b, p.ClientID)
 	b = strconv.AppendInt(b, int64(len(p.Traits)), 10)
 	var kbuf [8]string
 	for _, k := range sortedKeys(kbuf[:0], p.Traits) {

@@ -10,11 +10,14 @@ import (
 )
 
 // Probe bounds: activation evaluates at most maxProbePrincipals ×
-// maxProbeClusters decisions, so a large bundle still activates in well
-// under a second.
+// maxProbeClusters decisions in all (shared by the clients), so a large
+// bundle still activates in well under a second.
 const (
 	maxProbePrincipals = 512
-	maxProbeClusters   = 16
+	// maxProbeClients bounds the clients probed (in name order); the
+	// engine filters every decision again at run time.
+	maxProbeClients  = 16
+	maxProbeClusters = 16
 )
 
 // probe evaluates groups for the principals and clusters that the bundle's
@@ -26,8 +29,29 @@ func probe(ctx context.Context, s *snapshot, data map[string]any) error {
 	config, _ := dig(data, "limen", "config").(map[string]any)
 	principals := probePrincipals(config)
 	clusters := probeClusters(config)
+	clients := s.scopes.Names()
+	slices.Sort(clients)
+	if len(clients) > maxProbeClients {
+		clients = clients[:maxProbeClients]
+	}
+	budget := maxProbePrincipals * maxProbeClusters
+	for _, client := range clients {
+		if err := probeClient(ctx, s, client, principals, clusters, &budget); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// probeClient probes one registered client's decisions: roles decide per
+// client, so a system: group could hide behind any of them.
+func probeClient(ctx context.Context, s *snapshot, client string, principals []identity.Principal, clusters []Cluster, budget *int) error {
 	for _, p := range principals {
+		p.ClientID = client
 		for _, c := range clusters {
+			if *budget--; *budget < 0 {
+				return nil
+			}
 			_, bad, err := s.evalGroups(ctx, groupsInput(p, c))
 			if err != nil {
 				return fmt.Errorf("%w: probe %s on cluster %s: %v", ErrBundleRefused, p, c.Name, err)

@@ -10,6 +10,8 @@ import (
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/rego"
 	"github.com/open-policy-agent/opa/v1/storage/inmem"
+
+	"github.com/limenhq/limen/gateway/scope"
 )
 
 // The decisions Limen asks. All but grants (explanations) are required: the
@@ -37,6 +39,9 @@ type snapshot struct {
 	admin     rego.PreparedEvalQuery
 	botOIDC   *rego.PreparedEvalQuery
 	cache     *decisionCache
+	// scopes are the registered clients and their compiled scope lists
+	// (data.limen.config.clients), matched per request without Rego.
+	scopes *scope.Set
 }
 
 // content is a bundle's policy and data, before compilation.
@@ -102,10 +107,21 @@ func compile(ctx context.Context, c content, cacheEntries int) (*snapshot, error
 	if err := checkData(ctx, prepare); err != nil {
 		return nil, err
 	}
+	if s.scopes, err = scope.Parse(clientsData(c.data)); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBundleRefused, err)
+	}
 	if err := probe(ctx, s, c.data); err != nil {
 		return nil, err
 	}
 	return s, nil
+}
+
+// clientsData is data.limen.config.clients, nil when absent (no client is
+// registered: every decision is empty).
+func clientsData(data map[string]any) any {
+	limen, _ := data["limen"].(map[string]any)
+	config, _ := limen["config"].(map[string]any)
+	return config["clients"]
 }
 
 // checkData evaluates the bundle's own data validation.

@@ -13,6 +13,7 @@ import (
 	clientcmdv1 "k8s.io/client-go/tools/clientcmd/api/v1"
 
 	"github.com/limenhq/limen/gateway/ca"
+	"github.com/limenhq/limen/gateway/identity"
 	"github.com/limenhq/limen/gateway/kpath"
 )
 
@@ -30,6 +31,9 @@ type Plugin struct {
 	Command string
 	// Env is passed to the plugin (for example LIMEN_HOME).
 	Env map[string]string
+	// App, if set, is the application client the plugin's certificate is
+	// bound to (limen kube login --app); empty is the command line's.
+	App string
 }
 
 // WriteKubeconfig writes a JSON kubeconfig for cluster whose only credential
@@ -47,6 +51,16 @@ func (p *Profile) WriteKubeconfig(cluster string, plugin Plugin) (string, error)
 		return "", err
 	}
 	name := "limen-" + cluster
+	path := p.KubeconfigPath(cluster)
+	args := []string{"kube", "credentials", "--proxy", p.Proxy}
+	if plugin.App != "" {
+		if err := identity.ValidClient(plugin.App); err != nil {
+			return "", fmt.Errorf("--app: %w", err)
+		}
+		name += "-app-" + plugin.App
+		path = p.AppKubeconfigPath(cluster, plugin.App)
+		args = append(args, "--app", plugin.App)
+	}
 	sn, err := ServerName(p.Proxy, cluster)
 	if err != nil {
 		return "", err
@@ -54,7 +68,7 @@ func (p *Profile) WriteKubeconfig(cluster string, plugin Plugin) (string, error)
 	exec := &clientcmdv1.ExecConfig{
 		APIVersion:      ExecAPIVersion,
 		Command:         plugin.Command,
-		Args:            []string{"kube", "credentials", "--proxy", p.Proxy},
+		Args:            args,
 		InteractiveMode: clientcmdv1.NeverExecInteractiveMode,
 		InstallHint:     "Install the limen CLI and run: limen login --proxy " + p.Proxy,
 	}
@@ -80,7 +94,6 @@ func (p *Profile) WriteKubeconfig(cluster string, plugin Plugin) (string, error)
 	if err := p.Ensure(); err != nil {
 		return "", err
 	}
-	path := p.KubeconfigPath(cluster)
 	if err := ca.WriteFileAtomic(path, append(data, '\n'), 0o600); err != nil {
 		return "", err
 	}

@@ -120,9 +120,13 @@ func (p *Profile) SaveCredentials(keyPEM, certPEM, caPEM []byte) error {
 	return ca.WriteFileAtomic(p.path(FileCert), certPEM, 0o600)
 }
 
-// Logout removes the key and certificate; the CA and kubeconfigs stay so
-// the next login trusts the same proxy.
+// Logout removes the key and certificate, and every application
+// certificate made from them; the CA and kubeconfigs stay so the next login
+// trusts the same proxy.
 func (p *Profile) Logout() (bool, error) {
+	if err := p.RemoveApps(); err != nil {
+		return false, fmt.Errorf("logout: %w", err)
+	}
 	removed := false
 	for _, f := range []string{FileCert, FileKey} {
 		err := os.Remove(p.path(f))

@@ -21,8 +21,8 @@ import (
 )
 
 var (
-	rootAdmin  = identity.Principal{Kind: identity.KindUser, Name: "root", Traits: map[string][]string{"groups": {"admins"}}}
-	otherAdmin = identity.Principal{Kind: identity.KindUser, Name: "other", Traits: map[string][]string{"groups": {"admins"}}}
+	rootAdmin  = identity.Principal{ClientID: identity.ClientKubectl, Kind: identity.KindUser, Name: "root", Traits: map[string][]string{"groups": {"admins"}}}
+	otherAdmin = identity.Principal{ClientID: identity.ClientKubectl, Kind: identity.KindUser, Name: "other", Traits: map[string][]string{"groups": {"admins"}}}
 )
 
 // apiClients are the identity and admin API clients of one certificate,

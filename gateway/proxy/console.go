@@ -109,7 +109,8 @@ func (s *Server) mountConsole(c Config) error {
 		Clusters: func(ctx context.Context, p identity.Principal) ([]string, error) {
 			return configuredClusters{engine: s.Policy, names: c.Clusters, labels: c.ClusterLabels}.Clusters(ctx, p)
 		},
-		Now: c.Now, Logger: s.log.With("component", "console"),
+		Access: s.Kube.Access,
+		Now:    c.Now, Logger: s.log.With("component", "console"),
 	})
 	if err != nil {
 		return err

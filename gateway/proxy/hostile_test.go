@@ -209,7 +209,7 @@ func startHostile(t *testing.T, answers map[string]func(s *hostileStream), confi
 	}
 	wg.Go(func() { _ = p.Serve(ctx, ln) })
 
-	tok, _, err := p.Tokens.Create(ctx, testCluster, 10*time.Minute, p.CA.Fingerprint(), identity.Principal{Kind: identity.KindUser, Name: "admin"})
+	tok, _, err := p.Tokens.Create(ctx, testCluster, 10*time.Minute, p.CA.Fingerprint(), identity.Principal{ClientID: identity.ClientKubectl, Kind: identity.KindUser, Name: "admin"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -288,7 +288,7 @@ func (e *hostileEnv) reported(t *testing.T) []audit.Event {
 	return out
 }
 
-var mallory = identity.Principal{Kind: identity.KindUser, Name: "mallory", Traits: map[string][]string{"groups": {"admins"}}}
+var mallory = identity.Principal{ClientID: identity.ClientKubectl, Kind: identity.KindUser, Name: "mallory", Traits: map[string][]string{"groups": {"admins"}}}
 
 const otherSession = "0123456789abcdef0123456789abcdef"
 

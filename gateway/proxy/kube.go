@@ -34,6 +34,7 @@ import (
 	"github.com/limenhq/limen/gateway/kstatus"
 	"github.com/limenhq/limen/gateway/policy"
 	"github.com/limenhq/limen/gateway/reqinfo"
+	"github.com/limenhq/limen/gateway/scope"
 	"github.com/limenhq/limen/gateway/sessions"
 	"github.com/limenhq/limen/gateway/telemetry"
 	"github.com/limenhq/limen/gateway/tunnel"
@@ -151,7 +152,7 @@ func (k *Kube) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, code, msg)
 	}
 	_, step := k.step(ctx, "limen.proxy.authenticate")
-	p, certExpiry, err := k.Authenticate(r)
+	p, certExpiry, err := k.authenticate(r)
 	step.End()
 	if err != nil {
 		deny(http.StatusUnauthorized, identity.Principal{}, "authentication: "+err.Error(),
@@ -163,6 +164,13 @@ func (k *Kube) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			deny(http.StatusForbidden, p, "locked: "+err.Error(), err.Error())
 			return
 		}
+	}
+	if err := identity.ValidClient(p.ClientID); err != nil {
+		// Never a fallback to the command line's identity: a credential
+		// whose client is in doubt gets nothing.
+		deny(http.StatusForbidden, p, "client: "+err.Error(),
+			"Limen refuses this credential: "+err.Error()+"; run limen login (or limen kube login CLUSTER --app NAME) again")
+		return
 	}
 	if k.AuditRoom != nil {
 		if err := k.AuditRoom(r.Context()); err != nil {
@@ -180,6 +188,11 @@ func (k *Kube) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, http.StatusServiceUnavailable, "Limen's policy is unavailable; try again or ask your operator")
 		return
 	}
+	if dec.Scope == nil {
+		deny(http.StatusForbidden, p, "client: "+p.ClientID+" is not registered",
+			fmt.Sprintf("Limen policy does not register the client %q this credential was issued to; ask your Limen administrator", p.ClientID))
+		return
+	}
 	if len(dec.Groups) == 0 {
 		// An unknown cluster and one the user lost access to look the same
 		// here, and must: telling them apart would list the clusters to
@@ -189,8 +202,16 @@ func (k *Kube) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				"(limen kube ls lists the clusters you may reach)", p.Name, cluster))
 		return
 	}
+	info := k.classify(r, path)
+	review := isReview(r, info)
+	if !review && !dec.Scope.Allows(info, path.String()) {
+		msg := scope.Refusal(p.ClientID, info, path.String())
+		k.denied(r, p, cluster, scope.DeniedReason+": "+msg)
+		writeStatusReason(w, http.StatusForbidden, scope.Reason, msg)
+		return
+	}
 	_, step = k.step(ctx, "limen.proxy.grant")
-	token, g, req, err := k.sign(r, p, dec, cluster, now, certExpiry)
+	token, g, req, err := k.sign(r, p, dec, cluster, now, certExpiry, review)
 	step.End()
 	if err != nil {
 		k.Logger.ErrorContext(r.Context(), "sign grant", "err", err)
@@ -198,7 +219,7 @@ func (k *Kube) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	span.SetAttributes(attribute.String("limen.session", req.SessionID))
-	ctx, live, info, err := k.track(r, path, sessions.Session{ID: req.SessionID, Principal: p, Cluster: cluster, Expires: g.ExpiresAt})
+	ctx, live, err := k.track(r, info, sessions.Session{ID: req.SessionID, Principal: p, Cluster: cluster, Expires: g.ExpiresAt})
 	if o, ok := w.(*observer); ok && info != nil {
 		o.verb = info.Verb // classified once, here
 	}
@@ -238,7 +259,7 @@ func (k *Kube) ServerCluster(r *http.Request) (string, bool) {
 // earlier request when the same decision was signed moments ago
 // (grant.Signer), and this request's own facts: with the grant, the proxy's
 // record of whom, where and as which groups the stream is for.
-func (k *Kube) sign(r *http.Request, p identity.Principal, dec policy.Decision, cluster string, now, certExpiry time.Time) ([]byte, grant.Grant, grant.Request, error) {
+func (k *Kube) sign(r *http.Request, p identity.Principal, dec policy.Decision, cluster string, now, certExpiry time.Time, review bool) ([]byte, grant.Grant, grant.Request, error) {
 	sid, err := grant.NewSessionID()
 	if err != nil {
 		return nil, grant.Grant{}, grant.Request{}, err
@@ -256,36 +277,45 @@ func (k *Kube) sign(r *http.Request, p identity.Principal, dec policy.Decision, 
 		// window: a tenth of the TTL, and never more than a minute.
 		k.signer = &grant.Signer{Key: k.GrantKey, Reuse: min(grant.DefaultReuse, ttl/10)}
 	})
-	token, g, err := k.signer.Sign(grant.Grant{Principal: p, Groups: dec.Groups, Cluster: cluster, IssuedAt: now, ExpiresAt: exp},
-		dec.Revision, certExpiry)
+	g := grant.Grant{Principal: p, Groups: dec.Groups, Cluster: cluster, IssuedAt: now, ExpiresAt: exp}
+	if review {
+		g.Purpose = grant.PurposeAccessReview
+	}
+	token, g, err := k.signer.Sign(g, dec.Revision, certExpiry)
 	return token, g, grant.Request{SessionID: sid, ClientAddr: r.RemoteAddr, TraceParent: traceParent(r.Context())}, err
 }
 
+// classify reads the request as the API server will (reqinfo), from the
+// canonical path that is forwarded; nil when it cannot (the worker answers
+// such a request 400, and no scope allows it).
+func (k *Kube) classify(r *http.Request, path kpath.Path) *reqinfo.Info {
+	info, err := reqinfo.Classify(r, path)
+	if err != nil {
+		return nil
+	}
+	return &info
+}
+
 // track puts the response under the session watchdog and returns the
-// context that ends when it is locked, killed or expires, and the request's
-// classification (nil when the classifier cannot read it). A stream
-// (sessions.Classify) is listed as a session; every other response is only
-// guarded.
-func (k *Kube) track(r *http.Request, path kpath.Path, s sessions.Session) (context.Context, *sessions.Live, *reqinfo.Info, error) {
-	// A request the classifier cannot read is guarded only; the worker
-	// answers it 400.
-	var known *reqinfo.Info
-	if info, err := reqinfo.Classify(r, path); err == nil {
-		st := sessions.Classify(r, info)
+// context that ends when it is locked, killed or expires. A stream
+// (sessions.Classify of the request's classification, nil when it has
+// none) is listed as a session; every other response is only guarded.
+func (k *Kube) track(r *http.Request, info *reqinfo.Info, s sessions.Session) (context.Context, *sessions.Live, error) {
+	if info != nil {
+		st := sessions.Classify(r, *info)
 		s.Kind, s.Target = st.Kind, st.Target
-		known = &info
 	}
 	if s.Kind != sessions.KindNone {
 		liftDeadlines(r) // a stream lasts as long as its grant (port.go)
 	}
 	if k.Sessions == nil {
-		return r.Context(), nil, known, nil
+		return r.Context(), nil, nil
 	}
 	live, err := k.Sessions.Track(r.Context(), s)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
-	return live.Context(), live, known, nil
+	return live.Context(), live, nil
 }
 
 func (k *Kube) untrack(r *http.Request, live *sessions.Live) {
@@ -325,7 +355,13 @@ func auditDownMessage(err error, what string) string {
 
 // writeStatus answers the request itself (kstatus.Refusal).
 func writeStatus(w http.ResponseWriter, code int, msg string) {
-	h, body := kstatus.Refusal(code, msg)
+	writeStatusReason(w, code, "", msg)
+}
+
+// writeStatusReason is writeStatus with the Status reason given, for a
+// refusal a client must tell from the API server's own (scope.Reason).
+func writeStatusReason(w http.ResponseWriter, code int, reason, msg string) {
+	h, body := kstatus.RefusalReason(code, reason, msg)
 	for k, v := range h {
 		w.Header()[k] = v
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/limenhq/limen/gateway/locks"
 	"github.com/limenhq/limen/gateway/policy"
 	"github.com/limenhq/limen/gateway/proxy"
+	"github.com/limenhq/limen/gateway/scope"
 	"github.com/limenhq/limen/gateway/sessions"
 	"github.com/limenhq/limen/gateway/tunnel"
 )
@@ -32,15 +33,21 @@ import (
 // a stand-in (named as such) on the far end of a pipe that records what the
 // proxy sent and answers as told.
 
-// fixedPolicy decides as told.
+// fixedPolicy decides as told: the groups, and the scope (nil: kubectl's
+// unscoped one).
 type fixedPolicy struct {
 	groups   []string
 	revision string
 	err      error
+	scope    *scope.Scope
 }
 
 func (f fixedPolicy) Groups(context.Context, identity.Principal, policy.Cluster) (policy.Decision, error) {
-	return policy.Decision{Groups: f.groups, Revision: f.revision}, f.err
+	sc := f.scope
+	if sc == nil {
+		sc = scope.Unrestricted(identity.ClientKubectl)
+	}
+	return policy.Decision{Groups: f.groups, Revision: f.revision, Scope: sc}, f.err
 }
 
 // standInWorker answers one stream: it reads the grant and the request,
@@ -416,7 +423,7 @@ func TestSessionEvent(t *testing.T) {
 		t.Fatal(err)
 	}
 	forged := start
-	forged.Principal = identity.Principal{Kind: identity.KindUser, Name: "mallory"}
+	forged.Principal = identity.Principal{ClientID: identity.ClientKubectl, Kind: identity.KindUser, Name: "mallory"}
 	if err := f.kube.SessionEvent(ctx, "demo", forged); !errors.Is(err, proxy.ErrForeignEvent) {
 		t.Fatalf("session.start in another name: %v, want ErrForeignEvent", err)
 	}

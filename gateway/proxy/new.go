@@ -180,6 +180,7 @@ func New(ctx context.Context, c Config) (_ *Server, err error) {
 	}
 	s.Kube = s.newKube(c)
 	s.Mux.Handle("/", http.HandlerFunc(notRouted))
+	s.Mux.Handle("GET "+PathAccess, s.Kube.AccessHandler(s.Kube.Authenticate))
 	s.handleControl()
 	s.handleHealth()
 	if err := s.mountAPIs(c); err != nil {
@@ -269,12 +270,20 @@ func notRouted(w http.ResponseWriter, r *http.Request) {
 		"so run limen kube login CLUSTER for a kubeconfig that names the cluster by server name", audit.RequestPath(r.RequestURI)))
 }
 
+// clientRegistry answers authapi's question from the active policy.
+type clientRegistry struct{ engine *policy.Engine }
+
+func (c clientRegistry) Registered(_ context.Context, client string) (bool, error) {
+	_, ok, _, err := c.engine.Scope(client)
+	return ok, err
+}
+
 // mountAPIs mounts the identity API under /v1/ and the admin API, whose lock
 // changes and kills are pushed to the workers.
 func (s *Server) mountAPIs(c Config) error {
 	api, err := authapi.New(authapi.Config{CA: s.CA, Users: s.Users, Tokens: s.Tokens, Admin: s.Policy,
 		Clusters: configuredClusters{engine: s.Policy, names: c.Clusters, labels: c.ClusterLabels}, Workers: s.Tunnel,
-		Audit: s.Denials, Locks: s.LockSet, Now: c.Now, Logger: s.log,
+		Audit: s.Denials, Locks: s.LockSet, Now: c.Now, Logger: s.log, ClientRegistry: clientRegistry{s.Policy},
 		OnLogin: func(result string) { c.Metrics.Login(context.Background(), "password", result) },
 		OIDC:    s.OIDC, Bots: s.Bots, CI: s.ci, BotPolicy: s.Policy})
 	if err != nil {

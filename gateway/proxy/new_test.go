@@ -67,7 +67,7 @@ func startAssembledWith(t *testing.T, before func(p *proxy.Server), beforeWorker
 	}
 	wg.Go(func() { _ = p.Serve(ctx, ln) })
 
-	tok, _, err := p.Tokens.Create(ctx, testCluster, 10*time.Minute, p.CA.Fingerprint(), identity.Principal{Kind: identity.KindUser, Name: "admin"})
+	tok, _, err := p.Tokens.Create(ctx, testCluster, 10*time.Minute, p.CA.Fingerprint(), identity.Principal{ClientID: identity.ClientKubectl, Kind: identity.KindUser, Name: "admin"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,11 +171,11 @@ func TestAssembledLockPush(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "incident 7") {
 		t.Fatalf("worker's lock check for alice: %v, want the lock pushed on connect", err)
 	}
-	if err := a.worker.Handler.Locks.Check(identity.Principal{Kind: identity.KindUser, Name: "bob"}, time.Now()); err != nil {
+	if err := a.worker.Handler.Locks.Check(identity.Principal{ClientID: identity.ClientKubectl, Kind: identity.KindUser, Name: "bob"}, time.Now()); err != nil {
 		t.Fatalf("bob is not locked: %v", err)
 	}
 
-	live, err := a.worker.Sessions.Track(context.Background(), sessions.Session{ID: "s-kill", Principal: identity.Principal{Kind: identity.KindUser, Name: "bob"},
+	live, err := a.worker.Sessions.Track(context.Background(), sessions.Session{ID: "s-kill", Principal: identity.Principal{ClientID: identity.ClientKubectl, Kind: identity.KindUser, Name: "bob"},
 		Cluster: testCluster, Kind: sessions.KindExec, Expires: time.Now().Add(time.Hour)})
 	if err != nil {
 		t.Fatal(err)

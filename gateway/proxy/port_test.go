@@ -219,7 +219,7 @@ func TestPortCapsConnectionsPerAddress(t *testing.T) {
 func TestPortUnauthenticatedFlood(t *testing.T) {
 	r := startProxy(t, proxy.Config{Limits: proxy.Limits{DeniedInterval: time.Hour}})
 	anon := httpClient(r.tlsConfig(t, nil, 0), true)
-	admin := identity.Principal{Kind: identity.KindUser, Name: "root", Traits: map[string][]string{"groups": {"admins"}}}
+	admin := identity.Principal{ClientID: identity.ClientKubectl, Kind: identity.KindUser, Name: "root", Traits: map[string][]string{"groups": {"admins"}}}
 	ac := adminapi.NewClient(&authapi.Client{Client: apihttp.Client{Proxy: r.addr, HTTP: httpClient(r.tlsConfig(t, &admin, time.Hour), true)}})
 
 	const total, workers = 10000, 32
@@ -249,7 +249,7 @@ func TestPortUnauthenticatedFlood(t *testing.T) {
 	// The admin's calls run while the flood does.
 	waitUntil(t, "the flood to start", func() bool { return sent.Load() > 500 })
 	ctx := context.Background()
-	alice := identity.Principal{Kind: identity.KindUser, Name: "alice"}
+	alice := identity.Principal{ClientID: identity.ClientKubectl, Kind: identity.KindUser, Name: "alice"}
 	legit := 0
 	for sent.Load() < total && legit < 20 {
 		if _, err := ac.Lock(ctx, adminapi.LockRequest{Target: locks.TargetOf(alice), Reason: "flood drill"}); err != nil {
@@ -302,7 +302,7 @@ func startWorker(t *testing.T, r *running, apiURL, caFile string) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	t.Cleanup(func() { cancel(); <-done })
-	tok, _, err := r.Tokens.Create(ctx, testCluster, 10*time.Minute, r.CA.Fingerprint(), identity.Principal{Kind: identity.KindUser, Name: "admin"})
+	tok, _, err := r.Tokens.Create(ctx, testCluster, 10*time.Minute, r.CA.Fingerprint(), identity.Principal{ClientID: identity.ClientKubectl, Kind: identity.KindUser, Name: "admin"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -364,7 +364,7 @@ func TestPortDeadlinesSpareStreams(t *testing.T) {
 	}
 	r := startProxy(t, proxy.Config{Limits: proxy.Limits{ReadTimeout: timeout, WriteTimeout: timeout}})
 	startWorker(t, r, api.URL, caFile)
-	admin := identity.Principal{Kind: identity.KindUser, Name: "root", Traits: map[string][]string{"groups": {"admins"}}}
+	admin := identity.Principal{ClientID: identity.ClientKubectl, Kind: identity.KindUser, Name: "root", Traits: map[string][]string{"groups": {"admins"}}}
 	base := "https://" + r.addr + "/k8s/" + testCluster + "/api/v1/namespaces/default/configmaps"
 
 	for _, h2 := range []bool{true, false} {

@@ -48,7 +48,7 @@ func TestRoutingByServerName(t *testing.T) {
 	}
 	r := startProxy(t, proxy.Config{})
 	startWorker(t, r, api.URL, caFile)
-	admin := identity.Principal{Kind: identity.KindUser, Name: "root", Traits: map[string][]string{"groups": {"admins"}}}
+	admin := identity.Principal{ClientID: identity.ClientKubectl, Kind: identity.KindUser, Name: "root", Traits: map[string][]string{"groups": {"admins"}}}
 	reached := func() []string {
 		mu.Lock()
 		defer mu.Unlock()

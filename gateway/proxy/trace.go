@@ -120,7 +120,7 @@ func denialCode(reason string) string {
 		return "no group"
 	}
 	switch code {
-	case "non-canonical path", "cluster mismatch", "authentication", "locked", "session refused":
+	case "non-canonical path", "cluster mismatch", "authentication", "locked", "session refused", "client", "scope":
 		return code
 	}
 	return "other"

@@ -80,7 +80,7 @@ func uploadOnce(b *testing.B, size int64, n int) time.Duration {
 	})
 	defer func() { cancel(); <-served }()
 
-	tok, _, err := p.Tokens.Create(ctx, testCluster, 10*time.Minute, p.CA.Fingerprint(), identity.Principal{Kind: identity.KindUser, Name: "admin"})
+	tok, _, err := p.Tokens.Create(ctx, testCluster, 10*time.Minute, p.CA.Fingerprint(), identity.Principal{ClientID: identity.ClientKubectl, Kind: identity.KindUser, Name: "admin"})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -43,7 +43,7 @@ func TestLockDuringLargeUpload(t *testing.T) {
 	}
 	size := int64(mib) << 20
 	const recorded = "0123456789abcdef0123456789abcdef" // bob's exec, which is being uploaded
-	bob := identity.Principal{Kind: identity.KindUser, Name: "bob"}
+	bob := identity.Principal{ClientID: identity.ClientKubectl, Kind: identity.KindUser, Name: "bob"}
 	var item recording.Item
 	a := startAssembledWith(t, func(p *proxy.Server) {
 		track(t, p.Sessions, sessions.Session{ID: recorded, Principal: bob, Cluster: testCluster, Kind: sessions.KindExec})

@@ -49,7 +49,7 @@ func (h hop) lock() {
 	}})
 }
 
-var alice = identity.Principal{Kind: identity.KindUser, Name: "alice", Traits: map[string][]string{"groups": {"dev"}}}
+var alice = identity.Principal{ClientID: identity.ClientKubectl, Kind: identity.KindUser, Name: "alice", Traits: map[string][]string{"groups": {"dev"}}}
 
 // path is a proxy and a worker joined by a pipe, in front of upstream.
 type path struct {

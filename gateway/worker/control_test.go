@@ -39,7 +39,7 @@ func (f *flakyTunnel) Request(_ context.Context, m tunnel.Message) (tunnel.Messa
 }
 
 func testEvent() audit.Event {
-	return audit.Event{Type: audit.TypeSessionStart, Time: time.Now(), Principal: identity.Principal{Kind: identity.KindUser, Name: "alice"},
+	return audit.Event{Type: audit.TypeSessionStart, Time: time.Now(), Principal: identity.Principal{ClientID: identity.ClientKubectl, Kind: identity.KindUser, Name: "alice"},
 		Cluster: "demo", SessionID: "s1", Session: &audit.Session{Kind: "kube", Login: "exec"}}
 }
 
@@ -116,8 +116,8 @@ func TestProxyRouter(t *testing.T) {
 	out := make(replies, 4)
 	r := newProxyRouter(slog.New(slog.NewTextHandler(io.Discard, nil)))
 	r.handleLocks(out, set, reg)
-	alice := identity.Principal{Kind: identity.KindUser, Name: "alice"}
-	bob := identity.Principal{Kind: identity.KindUser, Name: "bob"}
+	alice := identity.Principal{ClientID: identity.ClientKubectl, Kind: identity.KindUser, Name: "alice"}
+	bob := identity.Principal{ClientID: identity.ClientKubectl, Kind: identity.KindUser, Name: "bob"}
 
 	list, err := locks.ListMessage([]locks.Lock{{Target: locks.TargetOf(alice), Reason: "incident 7", CreatedBy: "user:admin", CreatedAt: time.Now()}})
 	if err != nil {

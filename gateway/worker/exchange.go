@@ -12,9 +12,12 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/limenhq/limen/gateway/access"
 	"github.com/limenhq/limen/gateway/audit"
+	"github.com/limenhq/limen/gateway/grant"
 	"github.com/limenhq/limen/gateway/impersonate"
 	"github.com/limenhq/limen/gateway/reqinfo"
+	"github.com/limenhq/limen/gateway/scope"
 	"github.com/limenhq/limen/gateway/sessions"
 	"github.com/limenhq/limen/gateway/tunnel"
 )
@@ -83,7 +86,7 @@ func (x *exchange) refuse(rf *refusal) {
 		x.h.Logger.WarnContext(x.req.Context(), "write audit event", "session", x.adm.req.SessionID, "err", err)
 		return
 	}
-	_ = writeStatusResponse(x.stream, rf.code, rf.msg)
+	_ = writeStatusResponse(x.stream, rf.code, rf.statusReason(), rf.msg)
 }
 
 // classify decides what the request is, as the API server will (verb,
@@ -97,6 +100,30 @@ func (x *exchange) classify() *refusal {
 	x.st = sessions.Classify(x.req, info)
 	x.upgrading = x.req.Header.Get("Upgrade") != ""
 	return nil
+}
+
+// checkScope matches the classified request against the client's scope in
+// the worker's own policy: the proxy did the same from its snapshot, and a
+// bundle either hop activated since may have narrowed it.
+func (x *exchange) checkScope() *refusal {
+	if x.adm.grant.Purpose == grant.PurposeAccessReview {
+		// The proxy asking what the client's identity may do: this grant
+		// carries that one question and nothing else, scoped or not.
+		if access.IsRulesReview(x.info) && x.req.Method == http.MethodPost {
+			return nil
+		}
+		return &refusal{http.StatusForbidden, "an access-review grant carries only a SelfSubjectRulesReview",
+			"grant: an access-review grant used for another request"}
+	}
+	if x.h.Scopes == nil {
+		return nil
+	}
+	path := x.adm.path.String()
+	if x.adm.scope.Allows(x.info, path) {
+		return nil
+	}
+	msg := scope.Refusal(x.adm.grant.Principal.ClientID, x.info, path)
+	return &refusal{code: http.StatusForbidden, msg: msg, reason: scope.DeniedReason + ": " + msg}
 }
 
 // track puts the response under the worker's session watchdog, so that a
@@ -144,7 +171,13 @@ func (x *exchange) impersonate(ctx context.Context) (*http.Request, *refusal) {
 		return nil, &refusal{code: http.StatusServiceUnavailable, msg: "the Limen worker cannot read its ServiceAccount token; ask your operator"}
 	}
 	out := x.outbound(ctx)
-	if err := h.Impersonation.Set(out.Header, g.Principal, x.adm.groups, x.adm.req.SessionID); err != nil {
+	im := h.Impersonation
+	if x.adm.scope != nil && x.adm.scope.UserPrefix != "" {
+		// Per-client identity: the policy gives this client's users a
+		// name of their own (console:alice), after the worker's prefix.
+		im.UserPrefix += x.adm.scope.UserPrefix
+	}
+	if err := im.Set(out.Header, g.Principal, x.adm.groups, x.adm.req.SessionID); err != nil {
 		return nil, &refusal{http.StatusForbidden, "Limen refuses to impersonate: " + err.Error(), "impersonation: " + err.Error()}
 	}
 	impersonate.SetForwardedFor(out.Header, x.adm.req.ClientAddr)

@@ -149,7 +149,7 @@ func New(ctx context.Context, c Config) (_ *Server, err error) {
 	s.uploader = NewUploader(spool, s.Tunnel, s.Tunnel.Connected, log.With("component", "upload"))
 	relay := &EventRelay{Tunnel: s.Tunnel}
 	s.Handler = &Handler{
-		Cluster: policy.Cluster{Name: id.Cluster, Labels: c.Labels}, GrantKey: id.GrantKey, Policy: pol,
+		Cluster: policy.Cluster{Name: id.Cluster, Labels: c.Labels}, GrantKey: id.GrantKey, Policy: pol, Scopes: pol,
 		Upstream: upstream, Transport: rt, Upgrades: upgrades, Token: tokens.Token, Impersonation: c.Impersonation,
 		Locks: set, Sessions: s.Sessions,
 		Events: relay.Send, Spool: spool, Recorded: func(recording.Item) { s.uploader.Kick() },

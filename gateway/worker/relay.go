@@ -447,7 +447,7 @@ func (x *exchange) refuseUpgrade(ev audit.Event, code int, msg string) {
 	if err := audit.WriteEvent(x.stream, ev); err != nil {
 		return
 	}
-	_ = writeStatusResponse(x.stream, code, msg)
+	_ = writeStatusResponse(x.stream, code, "", msg)
 }
 
 // tap is the stream.Handler both decoders report to: it forwards to the

@@ -110,8 +110,8 @@ func writeHead(w io.Writer, resp *http.Response, length int64, upgrade bool) err
 
 // writeStatusResponse writes a complete response carrying a Kubernetes
 // Status, as the API server words its own errors.
-func writeStatusResponse(w io.Writer, code int, msg string) error {
-	h, body := kstatus.Refusal(code, msg)
+func writeStatusResponse(w io.Writer, code int, reason, msg string) error {
+	h, body := kstatus.RefusalReason(code, reason, msg)
 	if err := writeHead(w, &http.Response{StatusCode: code, Header: h}, int64(len(body)), false); err != nil {
 		return err
 	}

@@ -35,7 +35,7 @@ import (
 // answers what the test asks. What is under test is what the worker lets
 // through, in which order, and what it audits.
 
-var alice = identity.Principal{Kind: identity.KindUser, Name: "alice", Traits: map[string][]string{"groups": {"dev"}}}
+var alice = identity.Principal{ClientID: identity.ClientKubectl, Kind: identity.KindUser, Name: "alice", Traits: map[string][]string{"groups": {"dev"}}}
 
 // keepGroups stands in for the worker's own policy snapshot: it allows only
 // the listed groups of those granted (the real engine is tested in
@@ -351,7 +351,7 @@ func TestImpersonatesTheAdmittedGroupsOnly(t *testing.T) {
 // (never a user's name), and the session under the extra of the configured
 // impersonation mode; the audit keeps the Limen principal.
 func TestImpersonatesTheMappedUser(t *testing.T) {
-	ci := identity.Principal{Kind: identity.KindBot, Name: "alice"} // a bot named like a user
+	ci := identity.Principal{ClientID: identity.ClientKubectl, Kind: identity.KindBot, Name: "alice"} // a bot named like a user
 	tests := []struct {
 		name   string
 		c      impersonate.Config

@@ -37,6 +37,7 @@ import (
 	"github.com/limenhq/limen/gateway/kpath"
 	"github.com/limenhq/limen/gateway/policy"
 	"github.com/limenhq/limen/gateway/recording"
+	"github.com/limenhq/limen/gateway/scope"
 	"github.com/limenhq/limen/gateway/sessions"
 	"github.com/limenhq/limen/gateway/telemetry"
 )
@@ -47,11 +48,22 @@ type Rechecker interface {
 	AllowGroups(ctx context.Context, p identity.Principal, c policy.Cluster, groups []string) ([]string, string, error)
 }
 
+// Scopes is the worker's own policy's client registry: a client's compiled
+// scope, and whether the policy registers it (policy.Engine.Scope).
+type Scopes interface {
+	Scope(client string) (sc *scope.Scope, ok bool, revision string, err error)
+}
+
 // Handler serves tunnel streams for one cluster.
 type Handler struct {
 	Cluster  policy.Cluster
 	GrantKey ed25519.PublicKey
 	Policy   Rechecker
+	// Scopes matches each request against its client's scope again, from
+	// the worker's own policy, and gives the client's user-name prefix.
+	// New always sets it; nil (unit tests of other steps only) skips the
+	// scope check and the client prefix.
+	Scopes Scopes
 	// Upstream is the API server's https URL; Transport carries its CA.
 	Upstream  *url.URL
 	Transport http.RoundTripper
@@ -130,6 +142,16 @@ type refusal struct {
 	reason string // for audit; empty when the refusal is not a denial
 }
 
+// statusReason is the Status reason of the answer: scope.Reason for an
+// out-of-scope refusal, so that a client tells it from Kubernetes' own 403;
+// otherwise the code's usual one.
+func (r *refusal) statusReason() string {
+	if strings.HasPrefix(r.reason, scope.DeniedReason+": ") {
+		return scope.Reason
+	}
+	return ""
+}
+
 func (r *refusal) Error() string { return r.msg }
 
 // ServeStream handles one request stream from the proxy; it is the tunnel
@@ -166,6 +188,10 @@ func (h *Handler) ServeStream(ctx context.Context, stream net.Conn) {
 		return
 	}
 	if rf = x.classify(); rf != nil {
+		x.refuse(rf)
+		return
+	}
+	if rf = x.checkScope(); rf != nil {
 		x.refuse(rf)
 		return
 	}
@@ -233,6 +259,10 @@ type admission struct {
 	// groups impersonated and the groups in every event. Nil until the
 	// re-check ran.
 	groups []string
+	// scope is the client's scope in the worker's policy (nil without
+	// Handler.Scopes): checkScope matches the request against it, and its
+	// UserPrefix names the user to the API server.
+	scope *scope.Scope
 }
 
 // admit runs every check before forwarding: grant, lock, path and the
@@ -258,12 +288,15 @@ func (h *Handler) admit(ctx context.Context, token []byte, preq grant.Request, r
 			return adm, &refusal{http.StatusForbidden, err.Error(), "locked: " + err.Error()}
 		}
 	}
+	if err := identity.ValidClient(g.Principal.ClientID); err != nil {
+		return adm, &refusal{http.StatusForbidden, "Limen refuses this credential: " + err.Error(), "client: " + err.Error()}
+	}
 	rawPath, _, _ := strings.Cut(req.RequestURI, "?")
 	adm.path, err = kpath.Parse(rawPath)
 	if err != nil {
 		return adm, &refusal{http.StatusBadRequest, "the request path is not canonical: " + err.Error(), ""}
 	}
-	allowed, _, err := h.Policy.AllowGroups(ctx, g.Principal, h.Cluster, g.Groups)
+	allowed, revision, err := h.Policy.AllowGroups(ctx, g.Principal, h.Cluster, g.Groups)
 	if err != nil {
 		return adm, &refusal{http.StatusServiceUnavailable, "the Limen worker's policy is unavailable", ""}
 	}
@@ -273,5 +306,22 @@ func (h *Handler) admit(ctx context.Context, token []byte, preq grant.Request, r
 			"worker policy allows none of " + strings.Join(g.Groups, ",")}
 	}
 	adm.groups = allowed
+	if h.Scopes != nil {
+		sc, ok, scopeRevision, err := h.Scopes.Scope(g.Principal.ClientID)
+		if err != nil {
+			return adm, &refusal{http.StatusServiceUnavailable, "the Limen worker's policy is unavailable", ""}
+		}
+		if scopeRevision != revision {
+			// A bundle activated between the two reads: groups from one
+			// policy and a scope from another are no decision at all.
+			return adm, &refusal{http.StatusServiceUnavailable, "the Limen worker's policy changed during the request; try again", ""}
+		}
+		if !ok {
+			return adm, &refusal{http.StatusForbidden,
+				fmt.Sprintf("the worker's policy does not register the client %q", g.Principal.ClientID),
+				"client: " + g.Principal.ClientID + " is not registered"}
+		}
+		adm.scope = sc
+	}
 	return adm, nil
 }

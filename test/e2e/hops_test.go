@@ -137,7 +137,7 @@ func newHops(t *testing.T) *hops {
 	h.opener = &pipeOpener{worker: func() *worker.Handler { return h.worker }}
 	h.kube = &proxy.Kube{
 		Authenticate: func(*http.Request) (identity.Principal, time.Time, error) {
-			return identity.Principal{Kind: identity.KindUser, Name: "alice", Traits: map[string][]string{"groups": {"dev"}}},
+			return identity.Principal{ClientID: identity.ClientKubectl, Kind: identity.KindUser, Name: "alice", Traits: map[string][]string{"groups": {"dev"}}},
 				time.Now().Add(time.Hour), nil
 		},
 		Policy: pol, Tunnel: h.opener, Audit: store, Starts: store, GrantKey: priv,
