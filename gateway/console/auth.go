@@ -226,14 +226,14 @@ func (h *Handler) dropCookie(w http.ResponseWriter, r *http.Request) {
 
 type signinData struct {
 	Pre, Why, User string
-	// OIDC is where #15's OIDC sign-in will offer itself; empty hides it.
-	OIDC string
+	// OIDC offers sign-in through the identity provider.
+	OIDC bool
 }
 
 func (h *Handler) signinPage(w http.ResponseWriter, r *http.Request) {
 	pre := randomToken()
 	h.setCookie(w, cookiePre, pre, 10*time.Minute)
-	h.render(w, r, http.StatusOK, "signin", nil, signinData{Pre: pre, Why: r.URL.Query().Get("why"), OIDC: h.cfg.OIDCSignIn})
+	h.render(w, r, http.StatusOK, "signin", nil, signinData{Pre: pre, Why: r.URL.Query().Get("why"), OIDC: h.cfg.OIDC != nil})
 }
 
 // signin checks the password exactly as limen login does (the same store,
@@ -251,7 +251,7 @@ func (h *Handler) signin(w http.ResponseWriter, r *http.Request) {
 	again := func(status int, why string) {
 		pre := randomToken()
 		h.setCookie(w, cookiePre, pre, 10*time.Minute)
-		h.render(w, r, status, "signin", nil, signinData{Pre: pre, Why: why, User: name, OIDC: h.cfg.OIDCSignIn})
+		h.render(w, r, status, "signin", nil, signinData{Pre: pre, Why: why, User: name, OIDC: h.cfg.OIDC != nil})
 	}
 	u, err := h.cfg.Users.Authenticate(r.Context(), name, password, h.cfg.ClientAddr(r))
 	switch {
@@ -283,7 +283,7 @@ func (h *Handler) signin(w http.ResponseWriter, r *http.Request) {
 }
 
 // SignIn starts a console sign-in for p, whom the caller authenticated by
-// method ("password"; #15's OIDC flow calls it with "oidc"): it is audited
+// method ("password" or "oidc"): it is audited
 // as auth.login, bound to client console whatever p says, and its cookie
 // is set on w. The caller then redirects. An error means the audit trail
 // did not record it, and no one is signed in.

@@ -140,10 +140,10 @@ type Config struct {
 	// Clusters lists the clusters p may reach, to offer on the "what may I
 	// do" page; nil offers none.
 	Clusters func(ctx context.Context, p identity.Principal) ([]string, error)
-	// OIDCSignIn is where the sign-in page sends a person to sign in with
-	// the identity provider (#15 adds the flow, which ends in SignIn);
-	// empty offers the password form only.
-	OIDCSignIn string
+	// OIDC, when set, offers sign-in through the proxy's identity provider:
+	// it returns the provider's code flow back to a redirect URL (the
+	// console's /console/oidc/callback). Nil offers the password form only.
+	OIDC func(redirectURL string) OIDCFlow
 	// SessionTTL bounds a sign-in; 0 is DefaultSessionTTL.
 	SessionTTL time.Duration
 	// ClientAddr extracts the client's address for rate limiting and
@@ -238,6 +238,10 @@ func (h *Handler) routes() {
 	m.HandleFunc("GET "+Prefix+"signin", h.signinPage)
 	m.HandleFunc("POST "+Prefix+"signin", h.signin)
 	m.HandleFunc("POST "+Prefix+"signout", h.user(h.signout))
+	if h.cfg.OIDC != nil {
+		m.HandleFunc("GET "+Prefix+"oidc", h.oidcStart)
+		m.HandleFunc("GET "+callbackPath, h.oidcCallback)
+	}
 	m.HandleFunc("GET "+Prefix+"{$}", h.user(func(w http.ResponseWriter, r *http.Request, s *signin) {
 		http.Redirect(w, r, Prefix+"sessions", http.StatusSeeOther)
 	}))

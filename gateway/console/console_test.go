@@ -41,7 +41,7 @@ type env struct {
 
 func newEnv(t *testing.T) *env { return newEnvWith(t, nil) }
 
-func newEnvWith(t *testing.T, access console.AccessFunc) *env {
+func newEnvWith(t *testing.T, access console.AccessFunc, opts ...func(*console.Config)) *env {
 	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -82,8 +82,12 @@ func newEnvWith(t *testing.T, access console.AccessFunc) *env {
 		Principal: principal, Audit: e.audit, OnChange: func(_ context.Context, c locks.Change) { e.locks.Apply(c) }}); err != nil {
 		t.Fatal(err)
 	}
-	h, err := console.New(console.Config{Users: e.users, Admin: pol, Locks: e.locks, Audit: e.audit, Events: e.audit,
-		Recordings: recs, Sessions: e.regist, Control: e.admin, Access: access, Now: func() time.Time { return e.clock }})
+	cfg := console.Config{Users: e.users, Admin: pol, Locks: e.locks, Audit: e.audit, Events: e.audit,
+		Recordings: recs, Sessions: e.regist, Control: e.admin, Access: access, Now: func() time.Time { return e.clock }}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	h, err := console.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -99,6 +99,10 @@ func (s *Server) mountConsole(c Config) error {
 			}
 		}
 	})
+	var signInOIDC func(string) console.OIDCFlow
+	if s.OIDC != nil {
+		signInOIDC = func(redirect string) console.OIDCFlow { return s.OIDC.Flow(redirect) }
+	}
 	h, err := console.New(console.Config{
 		Users: s.Users, Admin: s.Policy, Locks: s.LockSet, Audit: s.Denials, Events: s.Audit,
 		Recordings: s.recordings, Sessions: s.Sessions, Control: s.admin,
@@ -109,8 +113,8 @@ func (s *Server) mountConsole(c Config) error {
 		Clusters: func(ctx context.Context, p identity.Principal) ([]string, error) {
 			return configuredClusters{engine: s.Policy, names: c.Clusters, labels: c.ClusterLabels}.Clusters(ctx, p)
 		},
-		Access: s.Kube.Access,
-		Now:    c.Now, Logger: s.log.With("component", "console"),
+		Access: s.Kube.Access, OIDC: signInOIDC,
+		Now: c.Now, Logger: s.log.With("component", "console"),
 	})
 	if err != nil {
 		return err
