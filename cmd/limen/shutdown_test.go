@@ -4,8 +4,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/spf13/cobra"
 )
 
 // TestWorkerShutdownFlags: the drain's bounds default to 25 s and a 5 s
@@ -38,18 +36,7 @@ func TestWorkerShutdownFlags(t *testing.T) {
 			if tt.env != "" {
 				t.Setenv("LIMEN_SHUTDOWN_TIMEOUT", tt.env)
 			}
-			root := newRootCmd()
-			worker, _, _ := root.Find([]string{"worker"})
-			var got workerConfig
-			var cfgErr error
-			worker.RunE = func(cmd *cobra.Command, _ []string) error {
-				got, cfgErr = loadWorkerConfig(cmd)
-				return nil
-			}
-			root.SetArgs(append(append([]string{"worker"}, base...), tt.args...))
-			if err := root.Execute(); err != nil {
-				t.Fatal(err)
-			}
+			got, cfgErr := workerConfigFrom(t, append(base, tt.args...))
 			if tt.err != "" {
 				if cfgErr == nil || !strings.Contains(cfgErr.Error(), tt.err) {
 					t.Fatalf("error %v, want one naming %q", cfgErr, tt.err)

@@ -43,18 +43,7 @@ func TestWorkerRecordingMaxBytes(t *testing.T) {
 			if tt.env != "" {
 				t.Setenv("LIMEN_RECORDING_MAX_BYTES", tt.env)
 			}
-			root := newRootCmd()
-			worker, _, _ := root.Find([]string{"worker"})
-			var got workerConfig
-			var cfgErr error
-			worker.RunE = func(cmd *cobra.Command, _ []string) error {
-				got, cfgErr = loadWorkerConfig(cmd)
-				return nil
-			}
-			root.SetArgs(append(append([]string{"worker"}, base...), tt.args...))
-			if err := root.Execute(); err != nil {
-				t.Fatal(err)
-			}
+			got, cfgErr := workerConfigFrom(t, append(base, tt.args...))
 			if tt.err != "" {
 				if cfgErr == nil || !strings.Contains(cfgErr.Error(), tt.err) {
 					t.Fatalf("error %v, want one naming %q", cfgErr, tt.err)
@@ -66,6 +55,25 @@ func TestWorkerRecordingMaxBytes(t *testing.T) {
 			}
 		})
 	}
+}
+
+// workerConfigFrom is the worker's configuration as `limen worker args…`
+// loads it, without running the worker.
+func workerConfigFrom(t *testing.T, args []string) (workerConfig, error) {
+	t.Helper()
+	root := newRootCmd()
+	worker, _, _ := root.Find([]string{"worker"})
+	var got workerConfig
+	var cfgErr error
+	worker.RunE = func(cmd *cobra.Command, _ []string) error {
+		got, cfgErr = loadWorkerConfig(cmd)
+		return nil
+	}
+	root.SetArgs(append([]string{"worker"}, args...))
+	if err := root.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	return got, cfgErr
 }
 
 // TestWorkerKubeUserPrefix: --kube-user-prefix and --kube-impersonation come

@@ -412,8 +412,20 @@ func TestConsole(t *testing.T) {
 			t.Errorf("the policy page lacks the proxy's or the worker's status:\n%s", table)
 		}
 		screenshot(t, admin, "policy")
-		run(t, admin, "open What may I do", chromedp.Navigate(base+"/console/access?cluster=demo"), chromedp.WaitVisible("main", css("main")))
+		// The real computation: the admin's rules through kubectl, from a
+		// SelfSubjectRulesReview through the worker, and the console's own
+		// empty scope, which exposes nothing.
+		run(t, admin, "open What may I do", chromedp.Navigate(base+"/console/access?cluster=demo&namespace="+ns),
+			chromedp.WaitVisible("#access", css("#access")))
+		if got := text(t, admin, "#access"); !strings.Contains(got, "allowed") || strings.Contains(got, "out of scope") {
+			t.Errorf("what may I do through kubectl (unscoped) for the admin:\n%s", got)
+		}
 		screenshot(t, admin, "access")
+		run(t, admin, "ask through the console client", chromedp.Navigate(base+"/console/access?cluster=demo&client=console&namespace="+ns),
+			chromedp.WaitVisible("main", css("main")))
+		if got := text(t, admin, "main"); strings.Contains(got, "allowed") {
+			t.Errorf("what may I do through the console client, whose scope is empty, has an allowed answer:\n%s", got)
+		}
 	})
 
 	t.Run("a non-admin cannot see another user's recording", func(t *testing.T) {
