@@ -396,20 +396,41 @@ func applyChart(t *testing.T, ns, manifest string) {
 	})
 }
 
-// waitWorkerPod waits for the chart's worker Deployment to run its pod.
+// waitWorkerPod waits until the chart's worker Deployment runs exactly one
+// pod, and returns its name. A pod that never started does not count: the
+// test node's authorizer can refuse a new pod's ConfigMap for a moment, and
+// the ReplicaSet then replaces that pod.
 func waitWorkerPod(t *testing.T, ctx context.Context, ns string) string {
 	t.Helper()
 	c := clustertest.Cluster(t)
 	for {
 		pods, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=worker"})
-		if err == nil && len(pods.Items) == 1 && pods.Items[0].Status.Phase == corev1.PodRunning {
-			return pods.Items[0].Name
+		var running []string
+		if err == nil {
+			for _, p := range pods.Items {
+				if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil && podStarted(p) {
+					running = append(running, p.Name)
+				}
+			}
+		}
+		if len(running) == 1 {
+			return running[0]
 		}
 		if ctx.Err() != nil {
 			t.Fatalf("the worker pod never ran in %s: %v %+v", ns, err, pods)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// podStarted reports whether p's containers have started.
+func podStarted(p corev1.Pod) bool {
+	for _, st := range p.Status.ContainerStatuses {
+		if st.State.Running == nil {
+			return false
+		}
+	}
+	return len(p.Status.ContainerStatuses) > 0
 }
 
 // revokeServiceAccount deletes and recreates the ServiceAccount: every token
