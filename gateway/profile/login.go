@@ -117,44 +117,8 @@ type LoginRequest struct {
 // Login makes a key pair locally, sends only a certificate request with the
 // password, checks the answer and stores key, certificate and CA.
 func (p *Profile) Login(ctx context.Context, req LoginRequest) (*authapi.LoginResponse, error) {
-	cfg, caToStore, err := p.trustConfig(req.Trust)
-	if err != nil {
-		return nil, err
-	}
-	key, err := ca.NewKey()
-	if err != nil {
-		return nil, err
-	}
-	csr, err := ca.NewCSR(key, req.User)
-	if err != nil {
-		return nil, err
-	}
-	lr := authapi.LoginRequest{User: req.User, Password: req.Password, CSR: string(csr)}
-	if req.TTL > 0 {
-		lr.TTL = req.TTL.String()
-	}
-	client := &authapi.Client{Client: apihttp.Client{Proxy: p.Proxy, HTTP: httpClient(cfg)}}
-	resp, err := client.Login(ctx, lr)
-	if err != nil {
-		return nil, fmt.Errorf("login to %s: %w", p.Proxy, err)
-	}
-	certs, err := ca.ParseCertsPEM([]byte(resp.Certificate))
-	if err != nil {
-		return nil, fmt.Errorf("login to %s: certificate: %w", p.Proxy, err)
-	}
-	if !key.PublicKey.Equal(certs[0].PublicKey) {
-		return nil, fmt.Errorf("login to %s: the proxy returned a certificate for another key", p.Proxy)
-	}
-	caPEM, err := caToStore([]byte(resp.CA))
-	if err != nil {
-		return nil, err
-	}
-	keyPEM, err := ca.KeyPEM(key)
-	if err != nil {
-		return nil, err
-	}
-	if err := p.SaveCredentials(keyPEM, []byte(resp.Certificate), caPEM); err != nil {
-		return nil, err
-	}
-	return &resp, nil
+	return p.loginAs(ctx, req.Trust, req.TTL, req.User,
+		func(ctx context.Context, c *authapi.Client, csr, ttl string) (authapi.LoginResponse, error) {
+			return c.Login(ctx, authapi.LoginRequest{User: req.User, Password: req.Password, CSR: csr, TTL: ttl})
+		})
 }

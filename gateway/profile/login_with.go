@@ -23,6 +23,13 @@ type LoginFunc func(ctx context.Context, c *authapi.Client, csr, ttl string) (au
 // key pair here, lets login send only the certificate request, checks the
 // answer and stores key, certificate and CA.
 func (p *Profile) LoginWith(ctx context.Context, trust Trust, ttl time.Duration, login LoginFunc) (*authapi.LoginResponse, error) {
+	return p.loginAs(ctx, trust, ttl, "limen", login)
+}
+
+// loginAs is every login's part here: a key pair made locally, a
+// certificate request for subject sent through login, the answer checked
+// against the key, and key, certificate and CA stored.
+func (p *Profile) loginAs(ctx context.Context, trust Trust, ttl time.Duration, subject string, login LoginFunc) (*authapi.LoginResponse, error) {
 	cfg, caToStore, err := p.trustConfig(trust)
 	if err != nil {
 		return nil, err
@@ -31,7 +38,7 @@ func (p *Profile) LoginWith(ctx context.Context, trust Trust, ttl time.Duration,
 	if err != nil {
 		return nil, err
 	}
-	csr, err := ca.NewCSR(key, "limen")
+	csr, err := ca.NewCSR(key, subject)
 	if err != nil {
 		return nil, err
 	}

@@ -18,15 +18,6 @@ const DefaultHandover = 5 * time.Second
 // drainPoll is how often the drain looks again at a state it waits for.
 const drainPoll = 50 * time.Millisecond
 
-// drainReport is what a drain did, for its log line.
-type drainReport struct {
-	others     int  // workers that took over new streams
-	streams    int  // streams ended with reason shutdown
-	cut        int  // requests still running when the timeout came
-	recordings int  // recordings left in the spool
-	timedOut   bool // the timeout cut the drain short
-}
-
 // drain stops the worker without losing what it saw, within timeout:
 //
 //  1. Hand over: tell the proxy (tunnel.Client.Drain), which sends new
@@ -43,31 +34,33 @@ type drainReport struct {
 // What the timeout cuts short is logged; recordings never leave the spool
 // unless the proxy has them, so a worker whose data directory persists
 // sends the rest when it starts again.
-func (s *Server) drain(timeout, handover time.Duration) drainReport {
+func (s *Server) drain(timeout, handover time.Duration) {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	s.log.Info("worker stopping: handing new streams over, then ending this worker's sessions",
 		"shutdown_timeout", timeout, "handover", handover)
-	var r drainReport
-	r.others = s.handOver(ctx, handover)
-	r.streams = len(s.Sessions.List())
+	others := s.handOver(ctx, handover)
+	streams := 0
+	for _, i := range s.Sessions.List() {
+		if i.Live() {
+			streams++
+		}
+	}
 	s.Sessions.Close() // ends the streams with reason shutdown; plain requests go on
 	// The requests get two thirds of what is left; the uploads the rest,
 	// though they run all along.
 	left := time.Until(start.Add(timeout))
-	r.cut = s.Handler.waitIdle(ctx, 2*left/3)
-	r.recordings = s.uploader.Flush(ctx)
-	r.timedOut = ctx.Err() != nil
-	log := s.log.With("took", time.Since(start).Round(time.Millisecond), "others", r.others,
-		"streams_ended", r.streams, "requests_cut", r.cut, "recordings_left", r.recordings)
-	if r.cut > 0 || r.recordings != 0 {
+	cut := s.Handler.waitIdle(ctx, 2*left/3)
+	recordings := s.uploader.Flush(ctx)
+	log := s.log.With("took", time.Since(start).Round(time.Millisecond), "others", others,
+		"streams_ended", streams, "requests_cut", cut, "recordings_left", recordings)
+	if cut > 0 || recordings != 0 {
 		log.Warn("worker drain cut short by the shutdown timeout: requests cut off and recordings left in the spool "+
 			"(they go to the proxy when the worker starts again with the same data directory)", "shutdown_timeout", timeout)
 	} else {
 		log.Info("worker drained: every session ended and audited, every recording at the proxy")
 	}
-	return r
 }
 
 // handOver tells the proxy this worker is stopping, and waits up to
