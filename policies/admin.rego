@@ -1,9 +1,12 @@
 # METADATA
 # title: Limen administrative decisions
 # description: |
-#   allow: whether input.principal may perform input.action (for example
-#   "session.kill" or "user.lock"). A role's "admin" list names the actions
-#   it permits; "*" permits every action.
+#   allow: whether input.principal, through a credential of input.client,
+#   may perform input.action (for example "session.kill" or "user.lock"). A
+#   role's "admin" list names the actions it permits; "*" permits every
+#   action. Only Limen's own clients (kubectl, console) administer, unless a
+#   role names an application in "adminClients": a certificate an
+#   administrator trades for an application is not an administrator.
 #
 #   The web console (gateway/console) asks about these actions:
 #     console.sessions, console.recordings, console.access: open the
@@ -20,8 +23,26 @@ default allow := false
 
 allow if {
 	some role in roles.bound
+	administers(role, input.client)
 	some action in data.limen.config.roles[role].admin
 	action in {"*", input.action}
+}
+
+# first_party are Limen's own clients: the command line and the console.
+first_party := {"kubectl", "console"}
+
+# administers(role, client) holds when credentials of client may use the
+# role's admin actions: Limen's own clients always; an application only
+# when the role lists it in "adminClients" (by name: no "*", so that a
+# new application never administers by accident) and the policy registers
+# it. Code running in a browser application holds a person's credential;
+# by default it can do only what its application is for.
+administers(_, client) if client in first_party
+
+administers(role, client) if {
+	some c in object.get(data.limen.config.roles[role], "adminClients", [])
+	c == client
+	roles.registered(client)
 }
 
 # self_service are the console pages every user may open: each shows only
@@ -30,5 +51,6 @@ self_service := {"console.sessions", "console.recordings", "console.access"}
 
 allow if {
 	input.principal.kind == "user"
+	input.client in first_party
 	input.action in self_service
 }

@@ -70,10 +70,22 @@ errors contains sprintf("role %q must be an object with \"groups\" and \"cluster
 	not is_object(role)
 }
 
-errors contains sprintf("role %q has unknown key %q (allowed: description, groups, clusters, clients, admin)", [name, key]) if {
+errors contains sprintf("role %q has unknown key %q (allowed: description, groups, clusters, clients, admin, adminClients)", [name, key]) if {
 	some name, role in config.roles
 	some key, _ in role
-	not key in {"description", "groups", "clusters", "clients", "admin"}
+	not key in {"description", "groups", "clusters", "clients", "admin", "adminClients"}
+}
+
+errors contains sprintf("role %q: \"adminClients\" must be a list of application names", [name]) if {
+	some name, role in config.roles
+	not all_strings(object.get(role, "adminClients", []))
+}
+
+errors contains sprintf("role %q: adminClients names %q, which is not a registered application (kubectl and console need no entry; \"*\" is not allowed)", [name, c]) if {
+	some name, role in config.roles
+	some c in object.get(role, "adminClients", [])
+	is_string(c)
+	not admin_client_ok(config, c)
 }
 
 errors contains sprintf("role %q: \"groups\" must be a list of group names", [name]) if {
@@ -191,4 +203,11 @@ selectors contains [name, i, sel] if {
 	some name, role in config.roles
 	is_array(role.clusters)
 	some i, sel in role.clusters
+}
+
+# admin_client_ok(config, c) holds for an application that config registers:
+# not "*", and not Limen's own clients, which need no entry.
+admin_client_ok(config, c) if {
+	not c in {"*", "kubectl", "console"}
+	object.get(config, "clients", {})[c]
 }

@@ -58,11 +58,22 @@ test_bad_admin_list if {
 
 test_unknown_role_key if {
 	errs := errors_for({"roles": {"r": {"groups": [], "clusters": [], "group": ["x"]}}})
-	errs == {`role "r" has unknown key "group" (allowed: description, groups, clusters, clients, admin)`}
+	errs == {`role "r" has unknown key "group" (allowed: description, groups, clusters, clients, admin, adminClients)`}
 }
 
 test_role_clients_must_be_registered if {
 	errors_for({"roles": {"r": {"groups": ["g"], "clusters": [{"name": "*"}], "clients": ["ghost"]}}, "clients": {"kubectl": {}}}) == {`role "r" names client "ghost", which data.limen.config.clients does not register`}
+}
+
+admin_role(ac) := {"r": {"groups": [], "clusters": [], "admin": ["user.lock"], "adminClients": ac}}
+
+test_admin_clients_must_name_registered_applications if {
+	reg := {"kubectl": {}, "console": {}, "ops-app": {}}
+	errors_for({"roles": admin_role(["ops-app"]), "bindings": {}, "clients": reg}) == set()
+	errors_for({"roles": admin_role("ops-app"), "bindings": {}, "clients": reg}) == {`role "r": "adminClients" must be a list of application names`}
+	every c in ["*", "ghost", "kubectl", "console"] {
+		errors_for({"roles": admin_role([c]), "bindings": {}, "clients": reg}) == {sprintf(`role "r": adminClients names %q, which is not a registered application (kubectl and console need no entry; "*" is not allowed)`, [c])}
+	}
 }
 
 test_role_clients_must_be_strings if {

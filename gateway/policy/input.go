@@ -92,8 +92,12 @@ func clustersInput(p identity.Principal, cs []Cluster) ast.Value {
 	)
 }
 
+// adminInput carries the credential's client: an administrator's
+// certificate traded for an application must not administer as the
+// command line does (policies/admin.rego decides which clients may).
 func adminInput(p identity.Principal, action string) ast.Value {
 	return ast.NewObject(
+		ast.Item(ast.InternedTerm("client"), ast.StringTerm(p.ClientID)),
 		ast.Item(ast.InternedTerm("principal"), principalTerm(p)),
 		ast.Item(ast.InternedTerm("action"), ast.StringTerm(action)),
 	)

@@ -119,12 +119,23 @@ func (a *API) Admin(pattern, action string, h PrincipalHandler) {
 			return
 		}
 		if !allowed {
-			a.Deny(r, p, audit.ActionAdmin, what+" not allowed", nil)
-			WriteError(w, http.StatusForbidden, fmt.Sprintf("policy does not allow %s to %s", p, action))
+			a.Deny(r, p, audit.ActionAdmin, what+" not allowed"+throughClient(p), nil)
+			WriteError(w, http.StatusForbidden, fmt.Sprintf("policy does not allow %s%s to %s", p, throughClient(p), action))
 			return
 		}
 		h(w, r, p)
 	})
+}
+
+// throughClient names an application credential's client in a refusal, so
+// that "alice may not" reads as what it is: alice may, her application may
+// not. Limen's own clients are the usual case and are not named.
+func throughClient(p identity.Principal) string {
+	switch p.ClientID {
+	case identity.ClientKubectl, identity.ClientConsole:
+		return ""
+	}
+	return " through client " + p.ClientID
 }
 
 // admit is the caller check of every call that needs a certificate, on
