@@ -48,7 +48,7 @@ app.kubernetes.io/component: {{ .component }}
      defaults apply. */}}
 {{- define "limen.workerConfig" -}}
 {{- $w := .Values.worker -}}
-{{- $cfg := dict "proxy" $w.proxyAddress "kube-cluster" $w.cluster "data-dir" "/var/lib/limen" "kube-impersonation" $w.rbac.impersonation "shutdown-timeout" (printf "%ds" (int $w.shutdownTimeoutSeconds)) -}}
+{{- $cfg := dict "proxy" $w.proxyAddress "kube-cluster" $w.cluster "data-dir" "/var/lib/limen" "kube-impersonation" (include "limen.impersonation" .) "shutdown-timeout" (printf "%ds" (int $w.shutdownTimeoutSeconds)) -}}
 {{- /* A rolling update starts the new pod first: the old one serves until
      it has connected. Recreate (persistence on) has no new pod to wait for. */ -}}
 {{- $_ := set $cfg "shutdown-handover" (ternary "0s" "5s" (and $w.persistence.enabled true)) -}}
@@ -57,4 +57,17 @@ app.kubernetes.io/component: {{ .component }}
 {{- with $labels }}{{ $_ := set $cfg "kube-cluster-label" . }}{{ end -}}
 {{- with $w.userPrefix }}{{ $_ := set $cfg "kube-user-prefix" . }}{{ end -}}
 {{- toYaml (mergeOverwrite $cfg (deepCopy $w.config)) -}}
+{{- end -}}
+
+{{/* The worker's impersonation mode: worker.rbac.impersonation, with auto
+     meaning constrained on Kubernetes 1.36+ (where constrained impersonation
+     is on by default) and legacy before. The RBAC template and the worker's
+     --kube-impersonation both read it, so they never disagree. */}}
+{{- define "limen.impersonation" -}}
+{{- $m := .Values.worker.rbac.impersonation -}}
+{{- if eq $m "auto" -}}
+{{- ternary "constrained" "legacy" (semverCompare ">=1.36.0-0" .Capabilities.KubeVersion.Version) -}}
+{{- else -}}
+{{- $m -}}
+{{- end -}}
 {{- end -}}
