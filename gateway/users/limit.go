@@ -37,8 +37,8 @@ const maxKeys = 50000
 //
 // A full table never refuses a newcomer (that would let anyone lock every
 // password login out by filling it). It drops full buckets first, then the
-// quarter of the entries nearest to full: forgetting them gives back the
-// fewest tries, and a name someone has just exhausted is the last to go.
+// entries nearest to full: forgetting them gives back the fewest tries, and
+// a name someone has just exhausted is the last to go.
 type limiter struct {
 	l     Limits
 	max   int
@@ -92,9 +92,11 @@ func (b buckets) take(key string, every time.Duration, burst int, now int64, lim
 	return true
 }
 
-// makeRoom keeps the table below limit entries: full buckets go first (they
-// hold nothing), then the quarter nearest to full. Sorting once per quarter
-// keeps the cost per new key constant however hard the table is pushed.
+// makeRoom keeps the table below limit entries. When it is full, full
+// buckets go (they hold nothing), and if that left less than a quarter of
+// it free, the buckets nearest to full go too until a quarter is: the
+// sweep's sort is then paid once per limit/4 new keys, however hard the
+// table is pushed.
 func (b buckets) makeRoom(now int64, limit int) {
 	if len(b) < limit {
 		return
@@ -104,7 +106,8 @@ func (b buckets) makeRoom(now int64, limit int) {
 			delete(b, k)
 		}
 	}
-	if len(b) < limit {
+	keep := limit * 3 / 4
+	if len(b) <= keep {
 		return
 	}
 	times := make([]int64, 0, len(b))
@@ -112,7 +115,7 @@ func (b buckets) makeRoom(now int64, limit int) {
 		times = append(times, full)
 	}
 	slices.Sort(times)
-	cut := times[max(len(times)/4, 1)-1]
+	cut := times[len(times)-keep-1]
 	for k, full := range b {
 		if full <= cut {
 			delete(b, k)

@@ -78,3 +78,19 @@ func TestAddrKey(t *testing.T) {
 		}
 	}
 }
+
+// TestBucketsNeverExceedTheirLimit, for the smallest tables too.
+func TestBucketsNeverExceedTheirLimit(t *testing.T) {
+	for _, limit := range []int{1, 2, 3, 4, 7, 100} {
+		b := buckets{}
+		now := int64(1_000_000)
+		for i := range 1000 {
+			if !b.take(fmt.Sprint("k", i), time.Second, 3, now+int64(i), limit) {
+				t.Fatalf("limit %d: new key %d refused", limit, i)
+			}
+			if len(b) > limit {
+				t.Fatalf("limit %d: %d entries after key %d", limit, len(b), i)
+			}
+		}
+	}
+}
