@@ -43,7 +43,8 @@ type Config struct {
 	// filled from the Config.
 	CA ca.Options
 	// Clusters are the cluster names offered to policy for limen kube ls;
-	// ClusterLabels are the labels the policy sees for each cluster.
+	// ClusterLabels are the labels the policy sees for each cluster. Both
+	// name the clusters the metrics label by name (Kube.KnownCluster).
 	Clusters      []string
 	ClusterLabels map[string]map[string]string
 	// GrantTTL bounds each grant, and so each stream; 0 is DefaultGrantTTL.
