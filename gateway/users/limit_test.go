@@ -2,6 +2,7 @@ package users
 
 import (
 	"fmt"
+	"net/netip"
 	"testing"
 	"time"
 )
@@ -93,4 +94,25 @@ func TestBucketsNeverExceedTheirLimit(t *testing.T) {
 			}
 		}
 	}
+}
+
+// FuzzAddrKey: any address string gives a bounded key without panicking,
+// and two addresses of one IPv6 /64 share theirs.
+func FuzzAddrKey(f *testing.F) {
+	for _, s := range []string{"192.0.2.1", "2001:db8::1", "::ffff:10.0.0.1", "fe80::1%eth0", "", "x"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, addr string) {
+		k := addrKey(addr)
+		if len(k) > 64 {
+			t.Fatalf("addrKey(%q) = %q: %d bytes", addr, k, len(k))
+		}
+		if ip, err := netip.ParseAddr(addr); err == nil && ip.Unmap().Is6() {
+			b := ip.As16()
+			b[15] ^= 0xff
+			if other := addrKey(netip.AddrFrom16(b).String()); other != k {
+				t.Fatalf("%s and its /64 neighbour have keys %q and %q", addr, k, other)
+			}
+		}
+	})
 }
