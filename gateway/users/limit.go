@@ -3,6 +3,7 @@ package users
 import (
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -87,6 +88,9 @@ func (b buckets) take(key string, every time.Duration, burst int, now int64, lim
 	}
 	if !known {
 		b.makeRoom(now, limit)
+		// A copy: the key may be a slice of a much longer request field,
+		// which it would otherwise keep in memory.
+		key = strings.Clone(key)
 	}
 	b[key] = full + int64(every)
 	return true
