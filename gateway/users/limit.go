@@ -88,11 +88,11 @@ func (b buckets) take(key string, every time.Duration, burst int, now int64, lim
 	}
 	if !known {
 		b.makeRoom(now, limit)
-		// A copy: the key may be a slice of a much longer request field,
-		// which it would otherwise keep in memory.
-		key = strings.Clone(key)
 	}
-	b[key] = full + int64(every)
+	// A copy, also for a known key (a map assignment stores the key anew):
+	// the key may be a slice of a much longer request field, which it would
+	// otherwise keep in memory.
+	b[strings.Clone(key)] = full + int64(every)
 	return true
 }
 
