@@ -3,6 +3,7 @@ package grant
 import (
 	"crypto/ed25519"
 	"crypto/sha256"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -19,7 +20,8 @@ const DefaultReuse = time.Minute
 const maxCached = 4096
 
 // Signer signs grants for the proxy, reusing a grant it signed less than
-// Reuse ago for the same principal, cluster, groups and policy revision.
+// Reuse ago for the same principal (login id included), cluster, groups and
+// policy revision.
 //
 // What a reused grant can and cannot do:
 //   - It allows exactly what a fresh one would: the same principal, groups
@@ -61,7 +63,10 @@ func (s *Signer) Sign(g Grant, revision string, certExpiry time.Time) ([]byte, G
 	if reuse == 0 {
 		reuse = DefaultReuse
 	}
-	key := decisionKey(g.Principal, g.Cluster, g.Groups, revision) + "\x00" + g.Purpose
+	key, err := decisionKey(g.Principal, g.Cluster, g.Groups, revision, g.Purpose)
+	if err != nil {
+		return nil, Grant{}, err
+	}
 	now := g.IssuedAt
 	if reuse > 0 {
 		s.mu.Lock()
@@ -103,18 +108,22 @@ func (s *Signer) Sign(g Grant, revision string, certExpiry time.Time) ([]byte, G
 	return token, g, nil
 }
 
-// decisionKey names one decision. Principal.String, the client and the
-// groups can hold no NUL byte, so the fields cannot run into each other.
-// The client is part of it: a grant signed for one client must never be
-// reused for another, whose scope and user name differ.
-func decisionKey(p identity.Principal, cluster string, groups []string, revision string) string {
-	gs := slices.Compact(slices.Sorted(slices.Values(groups)))
-	traits := make([]string, 0, len(p.Traits))
-	for k, vs := range p.Traits {
-		traits = append(traits, k+"="+strings.Join(vs, ","))
+// decisionKey names one decision: the whole principal, as its JSON (every
+// field, so that a field added to Principal can never be left out of the
+// key), then the cluster, the groups, the revision and the purpose. JSON
+// escapes every control byte and no other part holds a NUL, so the parts
+// cannot run into each other.
+//
+// The principal's login id is part of it: a grant carries the principal
+// into every audit event of the requests it covers, so a grant reused for
+// another login of the same person would name that other login.
+func decisionKey(p identity.Principal, cluster string, groups []string, revision, purpose string) (string, error) {
+	pj, err := json.Marshal(p)
+	if err != nil {
+		return "", fmt.Errorf("grant cache key of %s: %w", p, err)
 	}
-	slices.Sort(traits)
-	return fmt.Sprintf("%s\x00%s\x00%s\x00%s\x00%s\x00%s", p, p.ClientID, strings.Join(traits, "\x01"), cluster, strings.Join(gs, "\x01"), revision)
+	gs := slices.Compact(slices.Sorted(slices.Values(groups)))
+	return string(pj) + "\x00" + cluster + "\x00" + strings.Join(gs, "\x01") + "\x00" + revision + "\x00" + purpose, nil
 }
 
 // Verifier verifies grants for the worker, checking each distinct token's

@@ -51,6 +51,7 @@ func TestSignerReusesOnlyTheSameDecision(t *testing.T) {
 		{"a bot of the same name", at(time.Second, func(g *Grant) { g.Principal.Kind = identity.KindBot }), "rev-1", certExpiry, false},
 		{"another client", at(time.Second, func(g *Grant) { g.Principal.ClientID = "coffee-menu" }), "rev-1", certExpiry, false},
 		{"other traits", at(time.Second, func(g *Grant) { g.Principal.Traits = map[string][]string{"team": {"b"}} }), "rev-1", certExpiry, false},
+		{"another login of the same person", at(time.Second, func(g *Grant) { g.Principal.LoginID = "login-2" }), "rev-1", certExpiry, false},
 		{"a certificate expiring before the cached grant", at(time.Second, func(g *Grant) { g.ExpiresAt = t0.Add(5 * time.Minute) }), "rev-1", t0.Add(5 * time.Minute), false},
 	}
 	for _, tt := range tests {
@@ -127,6 +128,26 @@ func BenchmarkVerifierCached(b *testing.B) {
 	now := t0.Add(time.Minute)
 	for b.Loop() {
 		if _, err := v.Verify(token, now); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkSignerReused is the proxy's per-request cost of a grant when the
+// decision was signed moments ago: building the decision's key and the
+// cache lookup.
+func BenchmarkSignerReused(b *testing.B) {
+	_, priv := testKey(b, 1)
+	s := &Signer{Key: priv, Reuse: time.Minute}
+	g := validGrant()
+	g.Principal.ClientID, g.Principal.LoginID = identity.ClientKubectl, "0123456789abcdef01234567"
+	if _, _, err := s.Sign(g, "rev-1", t0.Add(time.Hour)); err != nil {
+		b.Fatal(err)
+	}
+	g.IssuedAt = t0.Add(time.Second)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, _, err := s.Sign(g, "rev-1", t0.Add(time.Hour)); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -82,6 +82,11 @@ type Kube struct {
 	// Clusters returns the labels the policy sees for a cluster name; an
 	// unknown cluster has none.
 	Clusters func(name string) policy.Cluster
+	// KnownCluster reports whether a cluster name may be a metric label
+	// value: one the operator configured or one a connected worker serves.
+	// Any other name, which anyone can put in a path before authenticating,
+	// is counted as telemetry.UnknownCluster; nil knows none.
+	KnownCluster func(name string) bool
 	// ProxyNames are the names the proxy is reached by: a connection whose
 	// TLS server name is CLUSTER.kube.NAME for one of them routes to
 	// CLUSTER whatever its path (kpath.ClusterFromServerName). New takes

@@ -502,3 +502,40 @@ func TestFullAuditRefusesRequests(t *testing.T) {
 		t.Fatalf("%d %s, want the response dropped with a 503 naming the limit", code, body)
 	}
 }
+
+// TestEachRequestNamesItsOwnLogin: two logins of one person (same groups,
+// cluster and client, other login ids) alternate; every request's events,
+// the proxy's kube.sent and the worker's kube.request, name the login of
+// the certificate that made it, never the other's reused grant.
+func TestEachRequestNamesItsOwnLogin(t *testing.T) {
+	f := newFront(t)
+	f.kube.Authenticate = func(r *http.Request) (identity.Principal, time.Time, error) {
+		p := alice
+		p.LoginID = r.Header.Get("X-Test-Login")
+		return p, time.Now().Add(time.Hour), nil
+	}
+	logins := []string{"login-one", "login-two", "login-one", "login-two"}
+	for _, id := range logins {
+		if code, body := f.get(t, "/k8s/demo/api", map[string]string{"X-Test-Login": id}); code != http.StatusOK {
+			t.Fatalf("%s: %d %q", id, code, body)
+		}
+		<-f.worker.got
+		if g := <-f.worker.grants; g.Principal.LoginID != id {
+			t.Errorf("the request of %s carried a grant of login %q", id, g.Principal.LoginID)
+		}
+		<-f.worker.requests
+	}
+	for _, typ := range []audit.Type{audit.TypeKubeSent, audit.TypeKubeRequest} {
+		evs := f.events(t, typ)
+		if len(evs) != len(logins) {
+			t.Fatalf("%d %s events, want %d", len(evs), typ, len(logins))
+		}
+		got := map[string]int{}
+		for _, ev := range evs {
+			got[ev.Principal.LoginID]++
+		}
+		if got["login-one"] != 2 || got["login-two"] != 2 {
+			t.Errorf("%s events by login id: %v, want two of each", typ, got)
+		}
+	}
+}

@@ -43,7 +43,8 @@ type Config struct {
 	// filled from the Config.
 	CA ca.Options
 	// Clusters are the cluster names offered to policy for limen kube ls;
-	// ClusterLabels are the labels the policy sees for each cluster.
+	// ClusterLabels are the labels the policy sees for each cluster. Both
+	// name the clusters the metrics label by name (Kube.KnownCluster).
 	Clusters      []string
 	ClusterLabels map[string]map[string]string
 	// GrantTTL bounds each grant, and so each stream; 0 is DefaultGrantTTL.
@@ -221,20 +222,35 @@ func (s *Server) newKube(c Config) *Kube {
 			}
 			return p, r.TLS.PeerCertificates[0].NotAfter, nil
 		},
-		Policy:     s.Policy,
-		Tunnel:     s.Tunnel,
-		Audit:      s.Denials,
-		AuditRoom:  s.Audit.Room,
-		Starts:     s.Audit,
-		GrantKey:   s.CA.GrantSigningKey(),
-		Locks:      s.LockSet,
-		Sessions:   s.Sessions,
-		Clusters:   func(name string) policy.Cluster { return policy.Cluster{Name: name, Labels: c.ClusterLabels[name]} },
-		ProxyNames: clusterServerSuffixes(s.CA.ServingCertificate()),
-		GrantTTL:   c.GrantTTL,
-		Logger:     s.log.With("component", "kube"),
-		Now:        c.now(),
+		Policy:       s.Policy,
+		Tunnel:       s.Tunnel,
+		Audit:        s.Denials,
+		AuditRoom:    s.Audit.Room,
+		Starts:       s.Audit,
+		GrantKey:     s.CA.GrantSigningKey(),
+		Locks:        s.LockSet,
+		Sessions:     s.Sessions,
+		Clusters:     func(name string) policy.Cluster { return policy.Cluster{Name: name, Labels: c.ClusterLabels[name]} },
+		KnownCluster: knownClusters(c, s.Tunnel.Connected),
+		ProxyNames:   clusterServerSuffixes(s.CA.ServingCertificate()),
+		GrantTTL:     c.GrantTTL,
+		Logger:       s.log.With("component", "kube"),
+		Now:          c.now(),
 	}
+}
+
+// knownClusters is Kube.KnownCluster: the clusters named by --clusters or
+// --cluster-label, and those a connected worker serves (workers enrol only
+// through an administrator's join token, so these too are bounded).
+func knownClusters(c Config, connected func(string) bool) func(string) bool {
+	configured := make(map[string]bool, len(c.Clusters)+len(c.ClusterLabels))
+	for _, n := range c.Clusters {
+		configured[n] = true
+	}
+	for n := range c.ClusterLabels {
+		configured[n] = true
+	}
+	return func(name string) bool { return configured[name] || connected(name) }
 }
 
 // clusterServerSuffixes are the proxy names NAME for which the serving

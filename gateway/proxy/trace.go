@@ -24,14 +24,37 @@ var traceContext = propagation.TraceContext{}
 // tracer is k's tracer, or a no-op one.
 func (k *Kube) tracer() trace.Tracer { return telemetry.OrNoop(k.Tracer) }
 
-// startRequestSpan starts the proxy's span of one request: the root of its
-// trace, or a child of the client's if kubectl or a library sent a
-// traceparent. Its attributes are audit fields only: no query string, no
-// body, no header.
+// startRequestSpan starts the proxy's span of one request, always the root
+// of a trace of its own. A client's traceparent is not taken as the parent:
+// its sampled flag would decide what the proxy records, and its trace id
+// (which the ratio sampler reads) would too, so anyone could make every
+// request of theirs recorded. The proxy is where untrusted input ends, so
+// its trace starts there; the client's span, if valid, is only linked, and
+// its traceparent and tracestate are removed so that neither the worker nor
+// the API server continues it either. Attributes are audit fields only: no
+// query string, no body, no header.
 func (k *Kube) startRequestSpan(r *http.Request) (context.Context, trace.Span) {
-	ctx := traceContext.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
-	return k.tracer().Start(ctx, "limen.proxy.request", trace.WithSpanKind(trace.SpanKindServer),
-		trace.WithAttributes(attribute.String("http.request.method", r.Method)))
+	opts := []trace.SpanStartOption{trace.WithNewRoot(), trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(attribute.String("http.request.method", r.Method))}
+	// Canonical keys, so that a request without them costs no allocation.
+	if _, sent := r.Header["Traceparent"]; sent {
+		client := trace.SpanContextFromContext(traceContext.Extract(r.Context(), propagation.HeaderCarrier(r.Header)))
+		if client.IsValid() {
+			opts = append(opts, trace.WithLinks(trace.Link{SpanContext: client}))
+		}
+		delete(r.Header, "Traceparent")
+	}
+	delete(r.Header, "Tracestate")
+	return k.tracer().Start(r.Context(), "limen.proxy.request", opts...)
+}
+
+// clusterLabel is the metric label of cluster: its name when KnownCluster
+// knows it, else telemetry.UnknownCluster.
+func (k *Kube) clusterLabel(cluster string) string {
+	if cluster != "" && k.KnownCluster != nil && k.KnownCluster(cluster) {
+		return cluster
+	}
+	return telemetry.UnknownCluster
 }
 
 // step starts a child span of the request's for one step of it.
@@ -97,7 +120,7 @@ func (o *observer) observe(code int) {
 	o.done = true
 	verb := o.verb
 	if verb == "" {
-		verb = "unknown"
+		verb = telemetry.UnknownVerb
 		if info, err := reqinfo.Classify(o.r, o.path); err == nil {
 			verb = info.Verb
 		}
@@ -108,7 +131,7 @@ func (o *observer) observe(code int) {
 	if code >= 500 {
 		span.SetStatus(codes.Error, http.StatusText(code))
 	}
-	o.k.Metrics.Request(o.r.Context(), telemetry.HopProxy, o.cluster, verb, code, o.k.Now().Sub(o.start))
+	o.k.Metrics.Request(o.r.Context(), telemetry.HopProxy, o.k.clusterLabel(o.cluster), verb, code, o.k.Now().Sub(o.start))
 }
 
 // denialCode is the bounded label of a denial's reason for the metrics:

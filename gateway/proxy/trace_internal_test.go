@@ -18,3 +18,19 @@ func TestDenialCodesAreBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestKnownClusters: a metric names a cluster the operator configured
+// (--clusters or --cluster-label) or one a connected worker serves; any
+// other name is "unknown".
+func TestKnownClusters(t *testing.T) {
+	k := &Kube{KnownCluster: knownClusters(Config{Clusters: []string{"prod"}, ClusterLabels: map[string]map[string]string{"staging": {"env": "stg"}}},
+		func(name string) bool { return name == "edge" })}
+	for cluster, want := range map[string]string{"prod": "prod", "staging": "staging", "edge": "edge", "c42": "unknown", "": "unknown"} {
+		if got := k.clusterLabel(cluster); got != want {
+			t.Errorf("clusterLabel(%q) = %q, want %q", cluster, got, want)
+		}
+	}
+	if got := (&Kube{}).clusterLabel("prod"); got != "unknown" {
+		t.Errorf("without KnownCluster: %q, want unknown", got)
+	}
+}

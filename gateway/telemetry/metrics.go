@@ -87,14 +87,39 @@ func NewMetrics(m metric.Meter) (*Metrics, error) {
 	return &x, nil
 }
 
-// Request records one request's duration at hop.
+// Bounded label values for what a request names but Limen does not know.
+const (
+	// UnknownCluster is the cluster label of a request for a cluster that
+	// is neither configured nor served by a connected worker.
+	UnknownCluster = "unknown"
+	// OtherVerb is the verb label of a request whose verb is none of
+	// Verb's; UnknownVerb that of a request that could not be classified.
+	OtherVerb   = "other"
+	UnknownVerb = "unknown"
+)
+
+// Verb is the verb label of v: a Kubernetes verb the API server derives
+// from a resource request, or the lower-case method of a non-resource
+// request, as it names them; anything else (a method a client made up) is
+// OtherVerb, so that no client can add a label value.
+func Verb(v string) string {
+	switch v {
+	case "get", "list", "watch", "create", "update", "patch", "delete", "deletecollection", "proxy",
+		"post", "put", "head", "options", UnknownVerb:
+		return v
+	}
+	return OtherVerb
+}
+
+// Request records one request's duration at hop. The caller bounds the
+// cluster (a configured one or UnknownCluster); the verb is bounded here.
 func (x *Metrics) Request(ctx context.Context, hop, cluster, verb string, code int, d time.Duration) {
 	if x == nil {
 		return
 	}
 	x.requestDuration.Record(ctx, d.Seconds(), metric.WithAttributes(
 		attribute.String("limen.hop", hop), attribute.String("limen.cluster", cluster),
-		attribute.String("k8s.verb", verb), attribute.String("http.response.status_code", strconv.Itoa(code))))
+		attribute.String("k8s.verb", Verb(verb)), attribute.String("http.response.status_code", strconv.Itoa(code))))
 }
 
 // StreamEnded records an ended stream: its bytes each way and its reason.

@@ -43,8 +43,10 @@ type Config struct {
 	// OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT
 	// variable if set, else no tracing.
 	OTLPEndpoint string
-	// SampleRatio is the share of new traces recorded, 0 to 1; a request
-	// that arrives with a sampled trace context is always recorded.
+	// SampleRatio is the share of traces recorded, 0 to 1. A client cannot
+	// raise it: the proxy starts a trace of its own for every request
+	// (linked to the client's, if it sent one), and only spans under it
+	// follow their parent's decision (Sampler).
 	SampleRatio float64
 }
 
@@ -114,7 +116,7 @@ func Start(ctx context.Context, c Config) (*Telemetry, error) {
 		tp := sdktrace.NewTracerProvider(
 			sdktrace.WithBatcher(texp, sdktrace.WithBatchTimeout(time.Second)),
 			sdktrace.WithResource(res),
-			sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(c.SampleRatio))),
+			sdktrace.WithSampler(Sampler(c.SampleRatio)),
 		)
 		t.shutdown = append(t.shutdown, tp.Shutdown)
 		otel.SetTracerProvider(tp)
@@ -127,6 +129,15 @@ func Start(ctx context.Context, c Config) (*Telemetry, error) {
 		return nil, err
 	}
 	return t, nil
+}
+
+// Sampler decides which traces are recorded: a root by ratio, a child as
+// its parent was. It trusts a remote parent's decision, which is sound only
+// because no remote parent is a client's: the proxy starts every request's
+// trace as a new root (proxy.Kube's startRequestSpan), and the worker's
+// remote parent is the proxy's span, named in the stream it opened.
+func Sampler(ratio float64) sdktrace.Sampler {
+	return sdktrace.ParentBased(sdktrace.TraceIDRatioBased(ratio))
 }
 
 // OrNoop returns tr, or a tracer that records nothing when tr is nil: a

@@ -253,7 +253,7 @@ func (s *Store) Authenticate(ctx context.Context, name, password, addr string) (
 	if len(key) > identity.MaxNameLen {
 		key = key[:identity.MaxNameLen]
 	}
-	if !s.limiter.allow("u:"+key, "a:"+addr) {
+	if !s.limiter.allow(key, addr, s.now()) {
 		return User{}, ErrRateLimited
 	}
 	row := s.db.QueryRowContext(ctx, `SELECT name, traits, created, updated, hash FROM users WHERE name = ?`, name)

@@ -3,6 +3,7 @@ package users
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -160,4 +161,25 @@ func TestStoreSurvivesReopen(t *testing.T) {
 		t.Fatalf("user added by the second handle: %v", err)
 	}
 	a.Close()
+}
+
+// TestNameSprayCannotLockOutPasswordLogins: one address spraying 50,001
+// fresh names is stopped by its own address limit before any name is
+// tracked, so alice signs in from another address with her right password,
+// and the limiter's tables stay small.
+func TestNameSprayCannotLockOutPasswordLogins(t *testing.T) {
+	ctx := context.Background()
+	s := openStore(t, Options{})
+	if err := s.Add(ctx, "alice", "correct horse", nil); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 50001 {
+		s.Authenticate(ctx, fmt.Sprintf("spray-%d", i), "nope-nope", "192.0.2.1")
+	}
+	if _, err := s.Authenticate(ctx, "alice", "correct horse", "198.51.100.7"); err != nil {
+		t.Fatalf("alice from another address after the spray: %v, want success", err)
+	}
+	if n := s.limiter.size(); n > 2*DefaultLimits().AddrBurst {
+		t.Fatalf("the limiter tracks %d keys after one address sprayed names; want at most %d (its burst and a few)", n, 2*DefaultLimits().AddrBurst)
+	}
 }

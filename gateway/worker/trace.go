@@ -37,8 +37,9 @@ func (h *Handler) startSpan(ctx context.Context, name string, kind trace.SpanKin
 }
 
 // injectTrace puts ctx's span in out's traceparent header, so that the API
-// server's own spans (its --tracing-config-file) join the trace. Without a
-// recording span, the client's traceparent, if any, goes on untouched.
+// server's own spans (its --tracing-config-file) join the trace. A client's
+// traceparent never gets this far: the proxy drops it and starts a trace of
+// its own (proxy.Kube's startRequestSpan).
 func injectTrace(ctx context.Context, out *http.Request) {
 	if trace.SpanContextFromContext(ctx).IsValid() {
 		out.Header.Del("tracestate")
