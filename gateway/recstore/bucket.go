@@ -169,10 +169,9 @@ func (s *bucketStore) serve(conn net.Conn, cluster string, h Header, answer func
 	// read is bounded by IdleTimeout), not within bucketOpTimeout.
 	wctx, wcancel := context.WithCancel(context.Background())
 	defer wcancel()
-	n, sum, err := s.write(wctx, objectKey(cluster, h.ID, h.SHA256), h, idleReader{conn})
+	n, sum, err := s.write(wctx, wcancel, objectKey(cluster, h.ID, h.SHA256), h, idleReader{conn})
 	res.Received = n
 	if err != nil {
-		wcancel() // aborts the object: nothing becomes visible
 		_ = answer(refusal(err))
 		return err
 	}
@@ -180,9 +179,9 @@ func (s *bucketStore) serve(conn net.Conn, cluster string, h Header, answer func
 }
 
 // write streams exactly h.Size bytes of r into the object key, and
-// completes it only if they hash to h.SHA256; on any error the caller
-// cancels ctx, which aborts the object.
-func (s *bucketStore) write(ctx context.Context, key string, h Header, r io.Reader) (int64, string, error) {
+// completes it only if they hash to h.SHA256. On any error it aborts the
+// object (cancel, the writer's context, then Close): nothing is visible.
+func (s *bucketStore) write(ctx context.Context, cancel context.CancelFunc, key string, h Header, r io.Reader) (_ int64, _ string, err error) {
 	w, err := s.b.NewWriter(ctx, key, &blob.WriterOptions{
 		ContentType: "application/x-asciicast", DisableContentTypeDetection: true,
 		BufferSize: partSize, MaxConcurrency: 1,
@@ -190,6 +189,13 @@ func (s *bucketStore) write(ctx context.Context, key string, h Header, r io.Read
 	if err != nil {
 		return 0, "", fmt.Errorf("recording store %s: %w", s.name, err)
 	}
+	completed := false
+	defer func() {
+		if !completed {
+			cancel()
+			_ = w.Close()
+		}
+	}()
 	sum := sha256.New()
 	buf := make([]byte, copyBuffer)
 	var n int64
@@ -212,8 +218,9 @@ func (s *bucketStore) write(ctx context.Context, key string, h Header, r io.Read
 	if got := hex.EncodeToString(sum.Sum(nil)); got != h.SHA256 {
 		return n, "", fmt.Errorf("recording store: upload is %d bytes with sha256 %s, the worker claims %s; start over", h.Size, got, h.SHA256)
 	}
+	completed = true
 	if err := w.Close(); err != nil {
-		return n, "", fmt.Errorf("recording store %s: complete %s: %w", s.name, key, err)
+		return n, "", fmt.Errorf("recording store %s: complete %s: %s", s.name, key, oneLine(err))
 	}
 	return n, h.SHA256, nil
 }

@@ -88,7 +88,7 @@ func openBucketURL(ctx context.Context, u *url.URL, o URLOptions) (*Store, error
 	}
 	b, err := blob.OpenBucket(ctx, u.String())
 	if err != nil {
-		return nil, fmt.Errorf("%s %s: %s", URLKey, name, oneLine(err))
+		return nil, fmt.Errorf("%s %s: %s", URLKey, name, strings.ReplaceAll(oneLine(err), u.String(), name))
 	}
 	bs := &bucketStore{b: b, name: name}
 	if o.ReadOnly {
@@ -133,4 +133,9 @@ func (s *Store) Close() error {
 		return s.bucket.b.Close()
 	}
 	return nil
+}
+
+// fromBucket is a store over an open bucket (the unit tests' in-memory one).
+func fromBucket(b *blob.Bucket, name string) *Store {
+	return &Store{bucket: &bucketStore{b: b, name: name}}
 }
