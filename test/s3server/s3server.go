@@ -252,13 +252,21 @@ func (s *Server) Objects(bucket string) ([]string, error) {
 		if err != nil {
 			return err
 		}
-		if d.Type().IsRegular() {
+		if d.IsDir() && strings.HasPrefix(d.Name(), ".") && p != root {
+			return filepath.SkipDir // the server's own (uploads in progress)
+		}
+		if d.Type().IsRegular() && !strings.HasPrefix(d.Name(), ".") {
 			rel, _ := filepath.Rel(root, p)
 			out = append(out, filepath.ToSlash(rel))
 		}
 		return nil
 	})
 	return out, err
+}
+
+// Path is the file in which the server keeps object key of bucket.
+func (s *Server) Path(bucket, key string) string {
+	return filepath.Join(s.dir, "data", bucket, filepath.FromSlash(key))
 }
 
 // Log is what the server printed.
