@@ -7,6 +7,8 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -252,3 +254,37 @@ func TestRetention(t *testing.T) {
 }
 
 func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// TestRetentionKeepsNewer: only what is older than Keep goes; the store's
+// count of its bytes follows, and the next upload still fits.
+func TestRetentionKeepsNewer(t *testing.T) {
+	s, dir := open(t)
+	for _, id := range []string{"old", "new"} {
+		data := []byte("recording " + id + "\n")
+		if r, err, _ := upload(t, s, "demo", id, data, sumOf(data)); err != nil || r.Status != Stored {
+			t.Fatalf("upload %s: %+v %v", id, r, err)
+		}
+	}
+	old := time.Now().Add(-48 * time.Hour)
+	if err := os.Chtimes(filepath.Join(dir, "demo", "old.cast"), old, old); err != nil {
+		t.Fatal(err)
+	}
+	var events sink
+	r := &Retention{Store: s, Keep: 24 * time.Hour, Audit: &events, Logger: discard()}
+	res, err := r.RunOnce(context.Background())
+	if err != nil || res.Deleted != 1 || res.Kept != 1 || res.OldestKept.Before(time.Now().Add(-time.Hour)) {
+		t.Fatalf("retention: %+v %v", res, err)
+	}
+	if _, err := s.Find("old"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("the old recording: %v", err)
+	}
+	if _, err := s.Find("new"); err != nil {
+		t.Fatalf("the new recording: %v", err)
+	}
+	if u, err := s.Usage(); err != nil || s.used != u.Used {
+		t.Fatalf("the store counts %d bytes, the disk holds %+v (%v)", s.used, u, err)
+	}
+	if len(events.events) != 1 || events.events[0].Fields["deleted"] != "1" || events.events[0].Fields["kept"] != "1" {
+		t.Fatalf("events %+v", events.events)
+	}
+}
