@@ -48,6 +48,10 @@ type bucketStore struct {
 // Timeouts of the bucket's requests that have no caller's context.
 const (
 	bucketOpTimeout = time.Minute
+	// stallTimeout aborts an object write that makes no progress.
+	stallTimeout = 2 * IdleTimeout
+	// checkTimeout bounds the check of a bucket at start.
+	checkTimeout = 30 * time.Second
 	// partSize is how much of one upload is held in memory at a time: the
 	// part the object store is being sent (5 MiB is S3's smallest part).
 	partSize = 5 << 20
@@ -190,7 +194,12 @@ func (s *bucketStore) write(ctx context.Context, cancel context.CancelFunc, key 
 		return 0, "", fmt.Errorf("recording store %s: %w", s.name, err)
 	}
 	completed := false
+	// A store that stops answering without closing the connection would
+	// hold this upload (and its recording's slot) for ever: without
+	// progress for stallTimeout, the object is aborted.
+	stall := time.AfterFunc(stallTimeout, cancel)
 	defer func() {
+		stall.Stop()
 		if !completed {
 			cancel()
 			_ = w.Close()
@@ -203,8 +212,9 @@ func (s *bucketStore) write(ctx context.Context, cancel context.CancelFunc, key 
 		k, rerr := r.Read(buf[:min(int64(len(buf)), h.Size-n)])
 		if k > 0 {
 			if _, err := w.Write(buf[:k]); err != nil {
-				return n, "", fmt.Errorf("recording store %s: write %s: %w", s.name, key, err)
+				return n, "", fmt.Errorf("recording store %s: write %s: %s", s.name, key, oneLine(err))
 			}
+			stall.Reset(stallTimeout)
 			sum.Write(buf[:k])
 			n += int64(k)
 		}
@@ -229,6 +239,8 @@ func (s *bucketStore) write(ctx context.Context, cancel context.CancelFunc, key 
 // read and list it: it writes a probe object, reads it back and removes it.
 // A wrong bucket, key or endpoint fails here, not at the first upload.
 func (s *bucketStore) check(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
+	defer cancel()
 	ok, err := s.b.IsAccessible(ctx)
 	if err != nil {
 		return fmt.Errorf("cannot list the bucket (%s): check the endpoint, the region and the credentials (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY or AWS_PROFILE)", oneLine(err))

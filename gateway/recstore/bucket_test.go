@@ -269,8 +269,13 @@ func TestRetentionKeepsNewer(t *testing.T) {
 	if err := os.Chtimes(filepath.Join(dir, "demo", "old.cast"), old, old); err != nil {
 		t.Fatal(err)
 	}
+	trail, err := audit.Open(context.Background(), filepath.Join(t.TempDir(), "audit.db"), audit.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer trail.Close()
 	var events sink
-	r := &Retention{Store: s, Keep: 24 * time.Hour, Audit: &events, Logger: discard()}
+	r := &Retention{Store: s, Keep: 24 * time.Hour, Audit: multiSink{trail, &events}, Logger: discard()}
 	res, err := r.RunOnce(context.Background())
 	if err != nil || res.Deleted != 1 || res.Kept != 1 || res.OldestKept.Before(time.Now().Add(-time.Hour)) {
 		t.Fatalf("retention: %+v %v", res, err)
@@ -287,4 +292,20 @@ func TestRetentionKeepsNewer(t *testing.T) {
 	if len(events.events) != 1 || events.events[0].Fields["deleted"] != "1" || events.events[0].Fields["kept"] != "1" {
 		t.Fatalf("events %+v", events.events)
 	}
+	stored, err := trail.Search(context.Background(), audit.Query{Type: TypeRetention})
+	if err != nil || len(stored) != 1 || stored[0].Fields["deleted"] != "1" {
+		t.Fatalf("the audit store holds %+v (%v), want the run's event", stored, err)
+	}
+}
+
+// multiSink emits to each sink in turn.
+type multiSink []audit.Sink
+
+func (m multiSink) Emit(ctx context.Context, e audit.Event) error {
+	for _, s := range m {
+		if err := s.Emit(ctx, e); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -92,6 +92,8 @@ func openBucketURL(ctx context.Context, u *url.URL, o URLOptions) (*Store, error
 	}
 	bs := &bucketStore{b: b, name: name}
 	if o.ReadOnly {
+		ctx, cancel := context.WithTimeout(ctx, checkTimeout)
+		defer cancel()
 		ok, err := b.IsAccessible(ctx)
 		if err == nil && !ok {
 			err = errors.New("the bucket does not exist")
