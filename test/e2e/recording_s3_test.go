@@ -208,8 +208,7 @@ func waitSessionEnds(t *testing.T, e *gatewaytest.Env, n int) []sessionRecording
 			}
 		}
 		if len(out) >= n {
-			slices.Reverse(out) // Search answers newest first
-			return out
+			return out // Search answers oldest first
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("%d recorded session.end events, want %d", len(out), n)
