@@ -67,7 +67,7 @@ func addProxyStorageFlags(f *pflag.FlagSet) {
 	f.String("recording-store-max-bytes", "100Gi", "size limit of the recording store; when it is full, uploads are refused "+
 		"and recordings wait in the workers' spools (a directory store only; an s3:// bucket is bounded by its quota and lifecycle rules)")
 	addRecordingStoreFlag(f)
-	f.Duration("recording-retention", 0, "delete recordings older than this, checked hourly, each run audited as one recording.retention event (default: keep forever; at least 1h)")
+	f.Duration("recording-retention", 0, "delete recordings older than this, checked at start and hourly, each run audited as one recording.retention event (default: keep forever; at least 1h)")
 }
 
 // addRecordingStoreFlag adds recording-store, for the proxy and for the
