@@ -93,6 +93,7 @@ func TestS3StoreRefusesAtStart(t *testing.T) {
 				s.Close()
 				t.Fatal("opened")
 			}
+			t.Logf("%s", err)
 			for _, w := range c.want {
 				if !strings.Contains(err.Error(), w) {
 					t.Errorf("error %q does not say %q", err, w)
