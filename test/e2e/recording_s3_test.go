@@ -29,7 +29,8 @@ const s3OutageEnv = "LIMEN_E2E_S3_OUTAGE"
 // TestRecordingsInS3: with --recording-store s3://… the recordings of real
 // kubectl execs through Limen are stored as objects in a real S3 server
 // (versitygw, built from the Go module proxy and cached), play with limen
-// play and download from the console (whole, and by range), and survive the
+// play and in the console's player, download from the console (whole, and
+// by range), and survive the
 // store's outage: the execs done while it is down wait in the worker's
 // spool and are all stored, unchanged, once it is back. A wrong secret key
 // or bucket stops the proxy at start, naming the key.
@@ -107,7 +108,7 @@ func TestRecordingsInS3(t *testing.T) {
 		}
 	})
 
-	t.Run("the console downloads it, whole and by range", func(t *testing.T) {
+	t.Run("the console plays it and downloads it, whole and by range", func(t *testing.T) {
 		want, err := os.ReadFile(srv.Path(bucket, first.object()))
 		if err != nil {
 			t.Fatal(err)
@@ -128,6 +129,19 @@ func TestRecordingsInS3(t *testing.T) {
 			t.Errorf("the range's bytes %q, want %q", body, want[10:30])
 		}
 		run(t, admin, "open the recording", chromedp.Navigate(base+"/console/recordings/"+first.id), chromedp.WaitVisible("#player", css("#player")))
+		// What the player rendered on its terminal, read from the bucket.
+		deadline := time.Now().Add(20 * time.Second)
+		var shown string
+		for time.Now().Before(deadline) {
+			shown = eval[string](t, admin, `(document.querySelector('#player .ap-term') || {}).textContent || ''`)
+			if strings.Contains(shown, "s3-first-line-") {
+				break
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		if !strings.Contains(shown, "s3-first-line-") {
+			t.Fatalf("the console's player rendered none of the recording: %q\n(page: %q)", shown, text(t, admin, "main"))
+		}
 	})
 
 	t.Run("the store down for a while: the spool holds the recordings, none is lost", func(t *testing.T) {
