@@ -74,7 +74,8 @@ Pass the proxy's limits, or its --config.`,
 				return err
 			}
 			r := doctor.Proxy(cmd.Context(), doctor.ProxyOptions{DataDir: dir, PolicyDir: policyPersistDir(v),
-				AuditMaxBytes: limits.AuditMaxBytes, RecordingStoreMaxBytes: limits.RecordingStoreMaxBytes})
+				AuditMaxBytes: limits.AuditMaxBytes, RecordingStoreMaxBytes: limits.RecordingStoreMaxBytes,
+				RecordingStore: limits.RecordingStore})
 			return writeReport(cmd, r)
 		},
 	}

@@ -223,6 +223,7 @@ func (c proxyConfig) gateway(popts policy.Options, log *slog.Logger) proxy.Confi
 			ServerNames: c.ServerNames, UserCertTTL: c.UserCertTTL, WorkerCertTTL: c.WorkerCertTTL},
 		Clusters: c.Clusters, ClusterLabels: c.ClusterLabels, GrantTTL: c.GrantTTL,
 		Limits: c.Limits, ShutdownTimeout: c.ShutdownTimeout, AuditMaxBytes: c.Storage.AuditMaxBytes, RecordingStoreMaxBytes: c.Storage.RecordingStoreMaxBytes,
+		RecordingStore: c.Storage.RecordingStore, RecordingRetention: c.Storage.RecordingRetention,
 		Policy: popts, Logger: log, OIDC: c.OIDC, CIIssuers: c.CIIssuers,
 	}
 }

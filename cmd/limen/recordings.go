@@ -33,6 +33,7 @@ limen play SESSION.`,
 			if err != nil {
 				return err
 			}
+			defer st.Close()
 			all, err := st.List()
 			if err != nil {
 				return err
@@ -46,6 +47,7 @@ limen play SESSION.`,
 		},
 	}
 	ls.Flags().String("data-dir", "", "the proxy's data directory")
+	addRecordingStoreFlag(ls.Flags())
 	cmd.AddCommand(ls)
 	return cmd
 }
@@ -56,9 +58,10 @@ func newPlayCmd() *cobra.Command {
 		Use:   "play SESSION",
 		Short: "Play a recorded session in the terminal (on the proxy host)",
 		Long: `Play the recording of an exec or attach session with its original timing.
-The recording is read directly from --data-dir (the proxy's data directory)
-and checked against the SHA-256 the proxy verified when it stored it, so this
-runs on the proxy host. Find sessions with limen recordings ls or
+The recording is read directly from the proxy's store, --data-dir (the
+proxy's data directory, on the proxy host) or --recording-store (a bucket,
+from wherever its credentials are), and checked against the SHA-256 the proxy
+verified when it stored it. Find sessions with limen recordings ls or
 limen audit search --type session.end.
 
   limen play 3f2a… --data-dir /var/lib/limen --speed 2 --max-idle 2s`,
@@ -76,6 +79,7 @@ limen audit search --type session.end.
 			if err != nil {
 				return err
 			}
+			defer st.Close()
 			r, _, err := st.Open(args[0])
 			if errors.Is(err, recstore.ErrNotFound) {
 				return fmt.Errorf("no recording for session %s; list them with limen recordings ls", args[0])
@@ -89,21 +93,25 @@ limen audit search --type session.end.
 	}
 	f := cmd.Flags()
 	f.String("data-dir", "", "the proxy's data directory")
+	addRecordingStoreFlag(f)
 	f.Float64("speed", 1, "playback speed factor (2 plays twice as fast)")
 	f.Duration("max-idle", 0, "shorten pauses longer than this (default: the recording's idle limit)")
 	return cmd
 }
 
+// openRecordingStore opens the proxy's recording store to read: the
+// bucket of --recording-store (from anywhere with its credentials), or the
+// directory in --data-dir (on the proxy host).
 func openRecordingStore(cmd *cobra.Command) (*recstore.Store, error) {
 	v, err := loadConfig(cmd)
 	if err != nil {
 		return nil, err
 	}
-	dir := v.GetString("data-dir")
-	if dir == "" {
-		return nil, errors.New("data-dir: required; set --data-dir or LIMEN_DATA_DIR to the proxy's data directory")
+	dir, url := v.GetString("data-dir"), v.GetString(recstore.URLKey)
+	if dir == "" && url == "" {
+		return nil, fmt.Errorf("data-dir: required; set --data-dir or LIMEN_DATA_DIR to the proxy's data directory, or --%s to its store", recstore.URLKey)
 	}
-	st, err := recstore.OpenExisting(recstore.Path(dir))
+	st, err := recstore.OpenURL(cmd.Context(), url, recstore.URLOptions{DataDir: dir, ReadOnly: true})
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("no recording store in %s: is --data-dir the proxy's data directory, and has a session been recorded?", dir)
 	}

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -45,16 +46,35 @@ func envName(key string) string {
 	return "LIMEN_" + strings.ToUpper(strings.ReplaceAll(key, "-", "_"))
 }
 
-// proxyStorage is the proxy's size limits.
+// proxyStorage is the proxy's size limits, where it keeps recordings and
+// for how long.
 type proxyStorage struct {
 	AuditMaxBytes, RecordingStoreMaxBytes int64
+	// RecordingStore is the recording store's URL; empty is the directory
+	// in the data directory.
+	RecordingStore string
+	// RecordingRetention is how long recordings are kept (0: forever).
+	RecordingRetention time.Duration
 }
+
+// minRecordingRetention guards against a retention given in the wrong
+// unit deleting recordings as they arrive.
+const minRecordingRetention = time.Hour
 
 func addProxyStorageFlags(f *pflag.FlagSet) {
 	f.String("audit-max-bytes", "10Gi", "size limit of the audit database; when it is full, every request is refused "+
 		"(nothing goes unaudited) until old events are deleted or the limit is raised")
 	f.String("recording-store-max-bytes", "100Gi", "size limit of the recording store; when it is full, uploads are refused "+
-		"and recordings wait in the workers' spools")
+		"and recordings wait in the workers' spools (a directory store only; an s3:// bucket is bounded by its quota and lifecycle rules)")
+	addRecordingStoreFlag(f)
+	f.Duration("recording-retention", 0, "delete recordings older than this, checked at start and hourly, each run audited as one recording.retention event (default: keep forever; at least 1h)")
+}
+
+// addRecordingStoreFlag adds recording-store, for the proxy and for the
+// commands that read its recordings.
+func addRecordingStoreFlag(f *pflag.FlagSet) {
+	f.String(recstore.URLKey, "", "where recordings are stored: file:///ABSOLUTE/DIR, or s3://BUCKET?endpoint=URL&region=R&use_path_style=true "+
+		"with credentials from the AWS environment (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE, ~/.aws); default: file://DATA-DIR/recordings")
 }
 
 // proxyHostConfig reads what a command run beside the proxy needs: its
@@ -78,8 +98,18 @@ func loadProxyStorage(v *viper.Viper) (proxyStorage, error) {
 	if c.AuditMaxBytes, err = parseBytes("audit-max-bytes", v.GetString("audit-max-bytes"), audit.MinMaxBytes); err != nil {
 		return c, err
 	}
-	c.RecordingStoreMaxBytes, err = parseBytes("recording-store-max-bytes", v.GetString("recording-store-max-bytes"), 1<<20)
-	return c, err
+	if c.RecordingStoreMaxBytes, err = parseBytes("recording-store-max-bytes", v.GetString("recording-store-max-bytes"), 1<<20); err != nil {
+		return c, err
+	}
+	c.RecordingStore = v.GetString(recstore.URLKey)
+	if s := c.RecordingStore; s != "" && !strings.HasPrefix(s, "file://") && !strings.HasPrefix(s, "s3://") {
+		return c, fmt.Errorf("%s: want file:///ABSOLUTE/DIR or s3://BUCKET?endpoint=…&region=…; set --%s or %s", recstore.URLKey, recstore.URLKey, envName(recstore.URLKey))
+	}
+	c.RecordingRetention = v.GetDuration("recording-retention")
+	if r := c.RecordingRetention; r != 0 && r < minRecordingRetention {
+		return c, fmt.Errorf("recording-retention %s: below the minimum of %s (0 keeps recordings forever); set --recording-retention or LIMEN_RECORDING_RETENTION, for example 2160h for 90 days", r, minRecordingRetention)
+	}
+	return c, nil
 }
 
 func addWorkerSpoolFlag(f *pflag.FlagSet) {
@@ -141,7 +171,13 @@ func proxyStatus(ctx context.Context, out io.Writer, dir string, limits proxySto
 	if u.Used >= u.Max {
 		fmt.Fprintln(out, "  FULL: the proxy refuses every request until old events are deleted or audit-max-bytes is raised")
 	}
-	rs, err := recstore.OpenExisting(recstore.Path(dir))
+	return recordingStoreStatus(ctx, out, dir, limits)
+}
+
+// recordingStoreStatus prints where the recordings are, how much they use
+// (of the limit, for a directory) and the oldest kept.
+func recordingStoreStatus(ctx context.Context, out io.Writer, dir string, limits proxyStorage) error {
+	rs, err := recstore.OpenURL(ctx, limits.RecordingStore, recstore.URLOptions{DataDir: dir, ReadOnly: true})
 	if errors.Is(err, os.ErrNotExist) {
 		fmt.Fprintf(out, "Recording store: %s (none yet)\n", recstore.Path(dir))
 		return nil
@@ -149,14 +185,31 @@ func proxyStatus(ctx context.Context, out io.Writer, dir string, limits proxySto
 	if err != nil {
 		return err
 	}
+	defer rs.Close()
 	ru, err := rs.Usage()
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "Recording store: %s\n", recstore.Path(dir))
-	fmt.Fprintf(out, "  %s, %d recordings\n", useLine(ru.Used, limits.RecordingStoreMaxBytes), ru.Recordings)
-	if ru.Used >= limits.RecordingStoreMaxBytes {
-		fmt.Fprintln(out, "  FULL: uploads are refused and recordings wait in the workers' spools until old recordings are deleted or recording-store-max-bytes is raised")
+	fmt.Fprintf(out, "Recording store: %s\n", rs.Location())
+	if !rs.Limited() {
+		fmt.Fprintf(out, "  %s in %d recordings (no limit here: the bucket's quota and lifecycle rules bound it)\n", bytesize.Approx(ru.Used), ru.Recordings)
+	} else {
+		fmt.Fprintf(out, "  %s, %d recordings\n", useLine(ru.Used, limits.RecordingStoreMaxBytes), ru.Recordings)
+		if ru.Used >= limits.RecordingStoreMaxBytes {
+			fmt.Fprintln(out, "  FULL: uploads are refused and recordings wait in the workers' spools until old recordings are deleted or recording-store-max-bytes is raised")
+		}
+	}
+	retention := "keep forever"
+	if limits.RecordingRetention > 0 {
+		retention = "delete after " + limits.RecordingRetention.String()
+	}
+	if oldest, ok, err := rs.Oldest(); err != nil {
+		return err
+	} else if ok {
+		fmt.Fprintf(out, "  oldest kept: %s, session %s (%s old; retention: %s)\n", oldest.Time.UTC().Format(time.RFC3339), oldest.ID,
+			time.Since(oldest.Time).Round(time.Minute), retention)
+	} else {
+		fmt.Fprintf(out, "  oldest kept: none (retention: %s)\n", retention)
 	}
 	return nil
 }

@@ -83,7 +83,7 @@ type AuditStore interface {
 // RecordingStore holds the uploaded recordings (*recstore.Store).
 type RecordingStore interface {
 	List() ([]recstore.Info, error)
-	Open(id string) (io.ReadCloser, recstore.Info, error)
+	Open(id string) (io.ReadSeekCloser, recstore.Info, error)
 }
 
 // SessionRegistry is the proxy's live and recent sessions

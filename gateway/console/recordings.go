@@ -134,7 +134,7 @@ func (h *Handler) recordingsJSON(w http.ResponseWriter, r *http.Request, s *sign
 
 // openRecording opens recording id for s, or says it does not exist:
 // someone else's recording, to one who may not see all, does not.
-func (h *Handler) openRecording(r *http.Request, s *signin, id string) (io.ReadCloser, recordingRow, error) {
+func (h *Handler) openRecording(r *http.Request, s *signin, id string) (io.ReadSeekCloser, recordingRow, error) {
 	rc, info, err := h.cfg.Recordings.Open(id)
 	if err != nil {
 		return nil, recordingRow{}, err
@@ -176,12 +176,15 @@ func (h *Handler) recordingPage(w http.ResponseWriter, r *http.Request, s *signi
 	}{row, Prefix + "api/recordings/" + url.PathEscape(id)})
 }
 
-// recordingCast serves the recording itself, for the player and download.
-// The store checks its SHA-256 as it is read; a mismatch cuts the answer
-// short, so a changed recording never plays whole.
+// recordingCast serves the recording itself, for the player and download,
+// with HTTP range requests answered by range reads of the store. The store
+// checks the SHA-256 of a whole read: on a mismatch the last bytes are
+// withheld and the answer is cut short of its Content-Length, so a changed
+// recording never plays or downloads whole. A range is served as stored
+// (only the whole recording has a checksum).
 func (h *Handler) recordingCast(w http.ResponseWriter, r *http.Request, s *signin) {
 	id := r.PathValue("id")
-	rc, _, err := h.openRecording(r, s, id)
+	rc, row, err := h.openRecording(r, s, id)
 	if err != nil {
 		h.recordingError(w, r, s, id, err)
 		return
@@ -192,8 +195,26 @@ func (h *Handler) recordingCast(w http.ResponseWriter, r *http.Request, s *signi
 	if r.URL.Query().Get("download") != "" {
 		w.Header().Set("Content-Disposition", fmt.Sprintf("attachment; filename=%q", id+".cast"))
 	}
-	if _, err := io.Copy(w, rc); err != nil {
+	http.ServeContent(w, r, "", row.Time, &cutShort{r: rc, log: func(err error) {
 		h.cfg.Logger.Error("console: recording cut short", "id", id, "err", err)
-		panic(http.ErrAbortHandler) // the client sees a broken answer, not a whole one
-	}
+	}})
 }
+
+// cutShort logs the store's read error (a changed recording) once;
+// http.ServeContent then ends the answer short of its Content-Length.
+type cutShort struct {
+	r   io.ReadSeeker
+	log func(error)
+	err error
+}
+
+func (c *cutShort) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	if err != nil && !errors.Is(err, io.EOF) && c.err == nil {
+		c.err = err
+		c.log(err)
+	}
+	return n, err
+}
+
+func (c *cutShort) Seek(off int64, whence int) (int64, error) { return c.r.Seek(off, whence) }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"strings"
 
 	"github.com/limenhq/limen/gateway/audit"
 	"github.com/limenhq/limen/gateway/bytesize"
@@ -23,6 +24,9 @@ type ProxyOptions struct {
 	DataDir, PolicyDir string
 	// AuditMaxBytes and RecordingStoreMaxBytes are the proxy's limits.
 	AuditMaxBytes, RecordingStoreMaxBytes int64
+	// RecordingStore is the proxy's recording-store URL; empty or file://
+	// is a directory, judged against RecordingStoreMaxBytes.
+	RecordingStore string
 }
 
 // Proxy runs the checks of the proxy's host: the policy bundle, the audit
@@ -34,8 +38,34 @@ func Proxy(ctx context.Context, o ProxyOptions) Report {
 	return Report{
 		Policy(o.PolicyDir, "proxy"),
 		Audit(ctx, o.DataDir, o.AuditMaxBytes),
-		RecordingStore(o.DataDir, o.RecordingStoreMaxBytes),
+		recordingStoreOf(ctx, o),
 	}
+}
+
+func recordingStoreOf(ctx context.Context, o ProxyOptions) Result {
+	if strings.HasPrefix(o.RecordingStore, "s3://") {
+		return BucketRecordingStore(ctx, o.RecordingStore)
+	}
+	if dir, ok := strings.CutPrefix(o.RecordingStore, "file://"); ok {
+		return recordingDir(dir, o.RecordingStoreMaxBytes)
+	}
+	return RecordingStore(o.DataDir, o.RecordingStoreMaxBytes)
+}
+
+// BucketRecordingStore judges a recording store in a bucket: it must open
+// and list with the credentials at hand. It has no limit here (the
+// bucket's quota and lifecycle rules bound it).
+func BucketRecordingStore(ctx context.Context, url string) Result {
+	rs, err := recstore.OpenURL(ctx, url, recstore.URLOptions{ReadOnly: true})
+	if err != nil {
+		return fail("recordings", err.Error(), "check the bucket, the endpoint and the AWS credentials of this shell")
+	}
+	defer rs.Close()
+	u, err := rs.Usage()
+	if err != nil {
+		return fail("recordings", fmt.Sprintf("the recording store %s cannot be listed: %v", rs.Location(), err), "check the credentials' s3:ListBucket right")
+	}
+	return ok("recordings", "%s: %s in %d recordings (bounded by the bucket's quota and lifecycle rules)", rs.Location(), bytesize.Approx(u.Used), u.Recordings)
 }
 
 // DataDir checks that dir, the data directory of who ("proxy",
@@ -110,7 +140,10 @@ func Audit(ctx context.Context, dataDir string, maxBytes int64) Result {
 // RecordingStore judges the proxy's recording store. Full fails: uploads
 // are refused and recordings pile up in the workers' spools.
 func RecordingStore(dataDir string, maxBytes int64) Result {
-	path := recstore.Path(dataDir)
+	return recordingDir(recstore.Path(dataDir), maxBytes)
+}
+
+func recordingDir(path string, maxBytes int64) Result {
 	rs, err := recstore.OpenExisting(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return ok("recordings", "%s: none yet", path)

@@ -54,6 +54,14 @@ type Config struct {
 	// the recording store (0: recstore.DefaultMaxBytes); when it is full,
 	// uploads are refused and recordings stay in the workers' spools.
 	AuditMaxBytes, RecordingStoreMaxBytes int64
+	// RecordingStore is the recording store's URL (recstore.OpenURL):
+	// file:///DIR or s3://BUCKET?…; empty is the directory in DataDir.
+	// RecordingStoreMaxBytes applies to a directory only.
+	RecordingStore string
+	// RecordingRetention, above 0, deletes recordings older than this
+	// (recstore.Retention); 0 keeps them forever. RecordingRetentionEvery
+	// is the time between runs (0: recstore's default).
+	RecordingRetention, RecordingRetentionEvery time.Duration
 	// Policy is where the policy comes from (the embedded default when
 	// empty).
 	Policy policy.Options
@@ -113,6 +121,7 @@ type Server struct {
 	ci   []authapi.CIIssuer
 
 	recordings *recstore.Store
+	retention  *recstore.Retention
 	control    *workerRouter
 	admin      *adminapi.Handler
 	limits     Limits
@@ -170,8 +179,12 @@ func New(ctx context.Context, c Config) (_ *Server, err error) {
 	if s.Tokens, err = enroll.OpenTokenStore(enroll.TokenStorePath(c.DataDir), enroll.TokenStoreOptions{Audit: s.Denials}); err != nil {
 		return nil, err
 	}
-	if s.recordings, err = recstore.OpenLimit(recstore.Path(c.DataDir), c.RecordingStoreMaxBytes); err != nil {
+	if s.recordings, err = recstore.OpenURL(ctx, c.RecordingStore, recstore.URLOptions{DataDir: c.DataDir, MaxBytes: c.RecordingStoreMaxBytes}); err != nil {
 		return nil, err
+	}
+	if c.RecordingRetention > 0 {
+		s.retention = &recstore.Retention{Store: s.recordings, Keep: c.RecordingRetention, Every: c.RecordingRetentionEvery,
+			Audit: s.Audit, Logger: log.With("component", "recordings")}
 	}
 	if err := s.openLocks(ctx, c.DataDir); err != nil {
 		return nil, err
@@ -353,6 +366,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	defer cancel()
 	wg.Go(func() { _ = s.Policy.Run(ctx) })
 	wg.Go(func() { s.syncLocks(ctx) })
+	if s.retention != nil {
+		wg.Go(func() { s.retention.Run(ctx) })
+	}
 	p := &port{TLS: s.CA.ServerTLSConfig(), Kube: s.Kube, ServerCluster: s.Kube.ServerCluster, Handler: s.Mux, Tunnel: s.Tunnel, Limits: s.limits,
 		WorkerCluster: s.CA.ClusterFromChains, ShutdownTimeout: s.shutdown, EndSessions: s.endSessions, Logger: s.log}
 	return p.Serve(ctx, ln)
@@ -383,6 +399,9 @@ func (s *Server) Close() {
 	}
 	if s.Policy != nil {
 		s.Policy.Close()
+	}
+	if s.recordings != nil {
+		_ = s.recordings.Close()
 	}
 }
 

@@ -1,8 +1,11 @@
-// Package recstore is the proxy's recording storage: a local directory that
-// receives the asciicast recordings workers upload over the tunnel, verifies
-// their SHA-256 before keeping them, and serves them to the CLI and console.
+// Package recstore is the proxy's recording storage: it receives the
+// asciicast recordings workers upload over the tunnel, verifies their
+// SHA-256 before keeping them, and serves them to the CLI and console. The
+// store is named by a URL (OpenURL): a local directory (file://, the
+// default) or a bucket of an S3-compatible object store (s3://, through
+// gocloud.dev/blob; bucket.go).
 //
-// Layout: DIR/<cluster>/<id>.cast with its checksum in <id>.cast.sha256;
+// Directory layout: DIR/<cluster>/<id>.cast with its checksum in <id>.cast.sha256;
 // uploads in progress are <id>.cast.part. A recording becomes visible only
 // once complete and verified (streamed to the .part file, checked, synced,
 // renamed). An upload cut off keeps its .part file, and the worker resumes
@@ -10,7 +13,7 @@
 package recstore
 
 import (
-	"bufio"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -52,10 +55,13 @@ func Path(dataDir string) string { return filepath.Join(dataDir, DirName) }
 // DefaultMaxBytes is the store's size limit when none is configured.
 const DefaultMaxBytes int64 = 100 << 30
 
-// Store is a directory of verified recordings. It is safe for concurrent use.
+// Store holds verified recordings, in a directory or a bucket (bucket.go).
+// It is safe for concurrent use.
 type Store struct {
 	dir string
 	max int64
+	// bucket, when set, is where the recordings are, and dir is unused.
+	bucket *bucketStore
 
 	mu sync.Mutex // guards what follows
 	// used is the bytes of every file in the store, except those written
@@ -77,6 +83,8 @@ type Info struct {
 	Size    int64
 	SHA256  string
 	Time    time.Time
+	// key is the recording's object in a bucket store.
+	key string
 }
 
 // Open opens (creating it if needed) the store in dir, limited to
@@ -197,8 +205,17 @@ type Usage struct {
 	Recordings int
 }
 
-// Usage measures the store.
+// Usage measures the store. A bucket has no limit here (Max is 0): its
+// quota and lifecycle rules take the place of recording-store-max-bytes.
 func (s *Store) Usage() (Usage, error) {
+	if s.bucket != nil {
+		all, err := s.List()
+		var used int64
+		for _, info := range all {
+			used += info.Size
+		}
+		return Usage{Used: used, Recordings: len(all)}, err
+	}
 	used, n, err := s.measure()
 	if err != nil {
 		return Usage{}, err
@@ -251,6 +268,11 @@ func readSum(cast string) (string, error) {
 
 // List returns every stored recording, oldest first.
 func (s *Store) List() ([]Info, error) {
+	if s.bucket != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), bucketOpTimeout)
+		defer cancel()
+		return s.bucket.list(ctx, "")
+	}
 	clusters, err := os.ReadDir(s.dir)
 	if err != nil {
 		return nil, fmt.Errorf("recording store: %w", err)
@@ -296,6 +318,11 @@ func (s *Store) stat(cluster, id string) (Info, error) {
 
 // Find returns the stored recording id, in whichever cluster holds it.
 func (s *Store) Find(id string) (Info, error) {
+	if s.bucket != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), bucketOpTimeout)
+		defer cancel()
+		return s.bucket.find(ctx, id)
+	}
 	all, err := s.List()
 	if err != nil {
 		return Info{}, err
@@ -309,38 +336,74 @@ func (s *Store) Find(id string) (Info, error) {
 }
 
 // Open opens the recording id for reading and checks it against its stored
-// SHA-256 as it is read: the reader's final Read fails on a mismatch.
-func (s *Store) Open(id string) (io.ReadCloser, Info, error) {
+// SHA-256 as it is read: the Read that would complete a changed recording
+// fails instead, so a changed recording is never read whole. The reader
+// seeks (a range read of a bucket's object); bytes read after a seek to
+// anywhere but the start are not checked, since only the whole recording
+// has a checksum.
+func (s *Store) Open(id string) (io.ReadSeekCloser, Info, error) {
 	info, err := s.Find(id)
 	if err != nil {
 		return nil, info, err
 	}
-	cast, _ := s.paths(info.Cluster, id)
-	f, err := os.Open(cast)
+	var r io.ReadSeekCloser
+	if s.bucket != nil {
+		r, err = s.bucket.open(context.Background(), info)
+	} else {
+		cast, _ := s.paths(info.Cluster, id)
+		r, err = os.Open(cast)
+	}
 	if err != nil {
 		return nil, info, fmt.Errorf("recording store: %w", err)
 	}
-	return &verifying{f: f, r: bufio.NewReader(f), h: sha256.New(), want: info.SHA256}, info, nil
+	return &verifying{r: r, size: info.Size, h: sha256.New(), want: info.SHA256, hashing: true}, info, nil
 }
 
-// verifying hashes what is read and fails at EOF if the content changed
-// since it was stored.
+// verifying hashes what is read from the start and withholds the last
+// bytes of a recording that changed since it was stored.
 type verifying struct {
-	f    *os.File
-	r    *bufio.Reader
+	r    io.ReadSeekCloser
+	size int64
 	h    hash.Hash
 	want string
+	pos  int64
+	// hashing: h holds exactly the bytes [0, pos); verified: and they were
+	// all of them, and matched.
+	hashing, verified bool
 }
 
 func (v *verifying) Read(p []byte) (int, error) {
 	n, err := v.r.Read(p)
-	v.h.Write(p[:n])
-	if err == io.EOF {
-		if got := hex.EncodeToString(v.h.Sum(nil)); got != v.want {
-			return n, fmt.Errorf("recording store: recording changed since it was stored (sha256 %s, stored %s)", got, v.want)
-		}
+	v.pos += int64(n)
+	if !v.hashing || v.verified {
+		return n, err
 	}
+	v.h.Write(p[:n])
+	if v.pos < v.size && err == nil {
+		return n, nil
+	}
+	if err != nil && !errors.Is(err, io.EOF) {
+		return n, err
+	}
+	if v.pos != v.size {
+		return 0, fmt.Errorf("recording store: recording is %d bytes or more, %d when it was stored: it changed", v.pos, v.size)
+	}
+	if got := hex.EncodeToString(v.h.Sum(nil)); got != v.want {
+		return 0, fmt.Errorf("recording store: recording changed since it was stored (sha256 %s, stored %s)", got, v.want)
+	}
+	v.verified = true
 	return n, err
 }
 
-func (v *verifying) Close() error { return v.f.Close() }
+func (v *verifying) Seek(offset int64, whence int) (int64, error) {
+	pos, err := v.r.Seek(offset, whence)
+	if err != nil {
+		return pos, err
+	}
+	v.pos = pos
+	v.hashing, v.verified = pos == 0, false
+	v.h.Reset()
+	return pos, nil
+}
+
+func (v *verifying) Close() error { return v.r.Close() }

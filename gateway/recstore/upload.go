@@ -283,6 +283,12 @@ func (s *Store) Serve(conn net.Conn, cluster string, allow func(id string) error
 	if err := allow(h.ID); err != nil {
 		return res, answer(refusal(err))
 	}
+	if s.bucket != nil {
+		if !validName.MatchString(cluster) {
+			return res, answer(refusal(fmt.Errorf("recording store: bad cluster name %q", cluster)))
+		}
+		return res, s.bucket.serve(conn, cluster, h, answer, &res)
+	}
 	up, offer := s.Begin(cluster, h)
 	if up == nil {
 		return res, answer(offer)

@@ -139,6 +139,8 @@ func TestChartSchemaRefuses(t *testing.T) {
 		{"worker.rbac.groups={system:masters}", "groups"},
 		{"worker.config.kube-token-file=/x", "config"},
 		{"proxy.replicas=2", "replicas"},
+		{"proxy.recordings.retention=90d", "retention"},
+		{"proxy.recordings.store=/var/rec", "store"},
 	} {
 		_, errb := helmTemplate(t, "limen", true, append(base, "--set", bad.set)...)
 		if !strings.Contains(errb, "values don't meet the specifications of the schema") || !strings.Contains(errb, bad.key) {

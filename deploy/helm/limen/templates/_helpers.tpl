@@ -40,6 +40,9 @@ app.kubernetes.io/component: {{ .component }}
 {{- $svc := printf "%s-proxy" (include "limen.fullname" .) -}}
 {{- $names := list $svc (printf "%s.%s" $svc .Release.Namespace) (printf "%s.%s.svc" $svc .Release.Namespace) -}}
 {{- $_ := set $cfg "server-name" (concat $names $p.serverNames | uniq) -}}
+{{- $_ := set $cfg "recording-store-max-bytes" $p.recordings.maxBytes -}}
+{{- with $p.recordings.store }}{{ $_ := set $cfg "recording-store" . }}{{ end -}}
+{{- with $p.recordings.retention }}{{ $_ := set $cfg "recording-retention" . }}{{ end -}}
 {{- toYaml (mergeOverwrite $cfg (deepCopy $p.config)) -}}
 {{- end -}}
 

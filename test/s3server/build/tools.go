@@ -1,0 +1,5 @@
+//go:build tools
+
+package build
+
+import _ "github.com/versity/versitygw/cmd/versitygw"
