@@ -1,6 +1,7 @@
 package auditexport
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -49,7 +50,7 @@ func ReadCursor(path string) (int64, error) {
 
 func parseCursor(b []byte) (int64, error) {
 	var c cursorFile
-	if err := strictjson.Unmarshal(b, &c); err != nil {
+	if err := strictjson.Unmarshal(bytes.TrimSpace(b), &c); err != nil {
 		return 0, err
 	}
 	if c.Seq < 0 {

@@ -79,7 +79,7 @@ func (r *Retention) RunOnce(ctx context.Context) (Result, error) {
 		n, err := r.Store.DeleteBefore(ctx, res.Before, res.Through, batch)
 		res.Deleted += n
 		if err != nil {
-			return res, r.record(ctx, res, err)
+			return res, r.record(ctx, now(), res, err)
 		}
 		if n < batch {
 			break
@@ -87,16 +87,16 @@ func (r *Retention) RunOnce(ctx context.Context) (Result, error) {
 	}
 	sp, err := r.Store.Span(ctx)
 	if err != nil {
-		return res, r.record(ctx, res, err)
+		return res, r.record(ctx, now(), res, err)
 	}
 	res.Oldest = sp.Oldest
 	res.HeldBack = !sp.Oldest.IsZero() && sp.Oldest.Before(res.Before)
-	return res, r.record(ctx, res, nil)
+	return res, r.record(ctx, now(), res, nil)
 }
 
 // record stores the run's audit.retention event, when it did or held
 // back anything, or failed.
-func (r *Retention) record(ctx context.Context, res Result, runErr error) error {
+func (r *Retention) record(ctx context.Context, at time.Time, res Result, runErr error) error {
 	if res.Deleted == 0 && !res.HeldBack && runErr == nil {
 		return nil
 	}
@@ -112,7 +112,7 @@ func (r *Retention) record(ctx context.Context, res Result, runErr error) error 
 	if runErr != nil {
 		f["error"] = runErr.Error()
 	}
-	err := r.Audit.Emit(ctx, audit.Event{Type: audit.TypeAuditRetention, Time: time.Now(), Fields: f})
+	err := r.Audit.Emit(ctx, audit.Event{Type: audit.TypeAuditRetention, Time: at, Fields: f})
 	if err != nil {
 		err = fmt.Errorf("audit retention: record the run: %w", err)
 	}

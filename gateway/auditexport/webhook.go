@@ -43,6 +43,9 @@ func LoadWebhook(path string) (*Webhook, error) {
 	if err != nil {
 		return nil, fmt.Errorf("audit-webhook-config %s: not a kubeconfig-format file: %w", path, err)
 	}
+	if err := clientcmd.ResolveLocalPaths(cfg); err != nil {
+		return nil, fmt.Errorf("audit-webhook-config %s: %w", path, err)
+	}
 	rc, u, err := webhookRESTConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("audit-webhook-config %s: %w", path, err)
@@ -87,8 +90,12 @@ func webhookRESTConfig(cfg *clientcmdapi.Config) (*rest.Config, *url.URL, error)
 	if !ok || kctx == nil {
 		return nil, nil, fmt.Errorf("current-context %q: no such context in contexts", name)
 	}
-	if _, ok := cfg.Clusters[kctx.Cluster]; !ok {
+	cl, ok := cfg.Clusters[kctx.Cluster]
+	if !ok || cl == nil {
 		return nil, nil, fmt.Errorf("contexts[%s].cluster %q: no such cluster in clusters", name, kctx.Cluster)
+	}
+	if cl.Server == "" {
+		return nil, nil, fmt.Errorf("clusters[%s].server: not set; set it to the receiver's https:// URL", kctx.Cluster)
 	}
 	if a := cfg.AuthInfos[kctx.AuthInfo]; a != nil {
 		if a.Exec != nil {
