@@ -141,6 +141,9 @@ func proxyStatus(ctx context.Context, out io.Writer, dir string, limits proxySto
 	if u.Used >= u.Max {
 		fmt.Fprintln(out, "  FULL: the proxy refuses every request until old events are deleted or audit-max-bytes is raised")
 	}
+	if err := auditExportStatus(ctx, out, st, dir); err != nil {
+		return err
+	}
 	rs, err := recstore.OpenExisting(recstore.Path(dir))
 	if errors.Is(err, os.ErrNotExist) {
 		fmt.Fprintf(out, "Recording store: %s (none yet)\n", recstore.Path(dir))
