@@ -63,8 +63,8 @@ func loadAuditExport(v *viper.Viper) (auditExportConfig, error) {
 		return c, fmt.Errorf("audit-export-max-backoff %s: must be between 1s and 1h", c.MaxBackoff)
 	}
 	if c.File != "" {
-		if fi, err := os.Stat(c.File); err == nil && !fi.Mode().IsRegular() {
-			return c, fmt.Errorf("audit-export-file %s: not a regular file", c.File)
+		if fi, err := os.Stat(c.File); err == nil && fi.IsDir() {
+			return c, fmt.Errorf("audit-export-file %s: a directory; name a file (or /dev/stdout)", c.File)
 		}
 		if fi, err := os.Stat(filepath.Dir(c.File)); err != nil || !fi.IsDir() {
 			return c, fmt.Errorf("audit-export-file %s: its directory does not exist; create it or choose another path", c.File)

@@ -276,3 +276,25 @@ func TestCursorFile(t *testing.T) {
 		t.Fatal("a corrupt cursor was read")
 	}
 }
+
+// TestFileToPipe: /dev/stdout in a container is a pipe, which cannot be
+// synced: the file sink writes to it all the same.
+func TestFileToPipe(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	f := NewFile(fmt.Sprintf("/proc/self/fd/%d", w.Fd()))
+	if err := f.Deliver(context.Background(), []auditv1.Event{Map(kubeRequest())}); err != nil {
+		t.Fatalf("deliver to a pipe: %v", err)
+	}
+	line, err := bufio.NewReader(r).ReadBytes('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := DecodeEvent(line); err != nil {
+		t.Fatal(err)
+	}
+}

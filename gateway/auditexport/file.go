@@ -11,7 +11,8 @@ import (
 )
 
 // File appends batches to a file as JSON lines, one audit.k8s.io/v1 Event a
-// line, as the API server's log backend writes them. The file is opened for
+// line, as the API server's log backend writes them (or to a pipe such as
+// /dev/stdout, for a container's log collector). The file is opened for
 // each batch (a log rotator may move it away; the next batch creates it
 // again) and synced before Deliver returns. A batch that fails half
 // written is cut off again, so that a retry never leaves a broken line.
@@ -36,8 +37,11 @@ func (f *File) Deliver(_ context.Context, batch []auditv1.Event) (err error) {
 		out.Close()
 		return fmt.Errorf("audit export file: %w", err)
 	}
+	// A pipe or terminal (/dev/stdout, for a log collector) cannot be
+	// synced or cut back; what was written to it is gone to the reader.
+	regular := fi.Mode().IsRegular()
 	defer func() {
-		if err != nil {
+		if err != nil && regular {
 			_ = out.Truncate(fi.Size()) // no half batch stays behind
 		}
 		if cerr := out.Close(); err == nil && cerr != nil {
@@ -53,6 +57,9 @@ func (f *File) Deliver(_ context.Context, batch []auditv1.Event) (err error) {
 	}
 	if err := w.Flush(); err != nil {
 		return fmt.Errorf("audit export file: %w", err)
+	}
+	if !regular {
+		return nil
 	}
 	if err := out.Sync(); err != nil {
 		return fmt.Errorf("audit export file: %w", err)

@@ -40,6 +40,10 @@ app.kubernetes.io/component: {{ .component }}
 {{- $svc := printf "%s-proxy" (include "limen.fullname" .) -}}
 {{- $names := list $svc (printf "%s.%s" $svc .Release.Namespace) (printf "%s.%s.svc" $svc .Release.Namespace) -}}
 {{- $_ := set $cfg "server-name" (concat $names $p.serverNames | uniq) -}}
+{{- $a := $p.audit | default dict -}}
+{{- with $a.retention }}{{ $_ := set $cfg "audit-retention" . }}{{ end -}}
+{{- with $a.exportFile }}{{ $_ := set $cfg "audit-export-file" . }}{{ end -}}
+{{- if and $a.webhook $a.webhook.enabled }}{{ $_ := set $cfg "audit-webhook-config" (printf "/etc/limen/audit-webhook/%s" $a.webhook.key) }}{{ end -}}
 {{- toYaml (mergeOverwrite $cfg (deepCopy $p.config)) -}}
 {{- end -}}
 
