@@ -43,6 +43,8 @@ type proxyConfig struct {
 	// and keyless bot logins (proxy_identity.go).
 	OIDC      *oidc.ProviderConfig
 	CIIssuers []proxy.CIIssuer
+	// AuditExport is the audit export and retention (audit_export.go).
+	AuditExport auditExportConfig
 }
 
 func newProxyCmd() *cobra.Command {
@@ -95,6 +97,7 @@ cannot fill the audit store.`,
 	f.Int("max-conns-per-ip", lim.MaxConnsPerIP, "most open connections from one client address, worker tunnels included; more are closed at once (and logged, at most every 10s)")
 	f.Duration("denied-audit-interval", lim.DeniedInterval, "refusals of clients without a valid certificate are stored as one auth.denied per address and kind per interval, with a count")
 	addProxyStorageFlags(f)
+	addAuditExportFlags(f)
 	addShutdownFlags(f, proxy.DefaultShutdownTimeout, false)
 	addIdentityFlags(f)
 	addPolicyFlags(f)
@@ -132,6 +135,9 @@ func loadProxyConfig(cmd *cobra.Command) (proxyConfig, error) {
 		return c, err
 	}
 	if c.OIDC, c.CIIssuers, err = loadIdentity(v); err != nil {
+		return c, err
+	}
+	if c.AuditExport, err = loadAuditExport(v); err != nil {
 		return c, err
 	}
 	return c, c.validate()
@@ -200,6 +206,11 @@ func runProxy(cmd *cobra.Command, _ []string) error {
 	defer s.Close()
 	s.Kube.Tracer, s.Kube.Metrics = hooks(v, tel)
 	s.Sessions.OnEnded(streamMetrics(tel.Metrics, telemetry.HopProxy))
+	stopExport, err := startAuditExport(cmd.Context(), c.AuditExport, s, c.DataDir, tel.Meter, log)
+	if err != nil {
+		return err
+	}
+	defer stopExport() // before s.Close: the exports read the audit store
 	if err := serveMetrics(cmd.Context(), v, tel, proxyProbes(s), log); err != nil {
 		return err
 	}

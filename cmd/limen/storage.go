@@ -171,6 +171,9 @@ func proxyStatus(ctx context.Context, out io.Writer, dir string, limits proxySto
 	if u.Used >= u.Max {
 		fmt.Fprintln(out, "  FULL: the proxy refuses every request until old events are deleted or audit-max-bytes is raised")
 	}
+	if err := auditExportStatus(ctx, out, st, dir); err != nil {
+		return err
+	}
 	return recordingStoreStatus(ctx, out, dir, limits)
 }
 

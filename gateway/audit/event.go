@@ -44,6 +44,10 @@ const (
 	TypeUserLock     Type = "user.lock"
 	TypeUserUnlock   Type = "user.unlock"
 	TypeSessionKill  Type = "session.kill"
+	// TypeAuditRetention is one run of --audit-retention: how many events
+	// it deleted, and how many old ones it kept because an export had not
+	// delivered them yet.
+	TypeAuditRetention Type = "audit.retention"
 )
 
 // Hops at which a refusal can happen.
@@ -62,11 +66,16 @@ type Event struct {
 	Time time.Time `json:"time"`
 	// Principal is the user or bot who acted; zero when unknown (for
 	// example a denied request without a valid certificate).
-	Principal  identity.Principal `json:"principal"`
-	Groups     []string           `json:"groups,omitempty"`
-	Cluster    string             `json:"cluster,omitempty"`
-	SessionID  string             `json:"session_id,omitempty"`
-	ClientAddr string             `json:"client_addr,omitempty"`
+	Principal identity.Principal `json:"principal"`
+	Groups    []string           `json:"groups,omitempty"`
+	// KubeUser is the Kubernetes user name the worker impersonated (its
+	// --kube-user-prefix and the client's prefix included): the worker's
+	// word, on its kube.request and session events; empty elsewhere and
+	// from workers that predate it.
+	KubeUser   string `json:"kube_user,omitempty"`
+	Cluster    string `json:"cluster,omitempty"`
+	SessionID  string `json:"session_id,omitempty"`
+	ClientAddr string `json:"client_addr,omitempty"`
 
 	Kube    *KubeRequest `json:"kube,omitempty"`
 	Denied  *Denied      `json:"denied,omitempty"`
@@ -99,7 +108,14 @@ type KubeRequest struct {
 	Path        string        `json:"path"`
 	Status      int           `json:"status"`
 	Latency     time.Duration `json:"latency_ns"`
+	// UserAgent is the client's User-Agent, cut to MaxUserAgent bytes;
+	// empty when the client sent none (and from workers that predate it).
+	UserAgent string `json:"user_agent,omitempty"`
 }
+
+// MaxUserAgent bounds KubeRequest.UserAgent: enough for kubectl's and
+// client-go's, short enough that no client fills the audit store with it.
+const MaxUserAgent = 256
 
 // Mutating reports whether the request may change something in the cluster:
 // any method but GET, HEAD and OPTIONS, and an exec, attach or port-forward

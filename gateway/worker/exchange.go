@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"time"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
@@ -52,9 +53,34 @@ type exchange struct {
 func (x *exchange) event() audit.Event {
 	g := x.adm.grant
 	return audit.Event{
-		Time: x.h.Now(), Principal: g.Principal, Groups: x.adm.groups, Cluster: x.h.Cluster.Name,
+		Time: x.h.Now(), Principal: g.Principal, Groups: x.adm.groups, KubeUser: x.kubeUser(), Cluster: x.h.Cluster.Name,
 		SessionID: x.adm.req.SessionID, ClientAddr: x.adm.req.ClientAddr,
 	}
+}
+
+// identity is how the admitted principal is presented to the API server:
+// the worker's prefix, then the client's own (per-client identity).
+func (x *exchange) identity() impersonate.Config {
+	im := x.h.Impersonation
+	if x.adm.scope != nil && x.adm.scope.UserPrefix != "" {
+		// Per-client identity: the policy gives this client's users a
+		// name of their own (console:alice), after the worker's prefix.
+		im.UserPrefix += x.adm.scope.UserPrefix
+	}
+	return im
+}
+
+// kubeUser is the Kubernetes user name the request goes out as, for its
+// events; empty before the grant is verified (nothing is impersonated).
+func (x *exchange) kubeUser() string {
+	if x.adm.groups == nil {
+		return ""
+	}
+	u, err := x.identity().User(x.adm.grant.Principal)
+	if err != nil {
+		return ""
+	}
+	return u
 }
 
 // kubeEvent is the request's kube.request event with the given status: the
@@ -63,7 +89,7 @@ func (x *exchange) kubeEvent(status int) audit.Event {
 	ev := x.event()
 	ev.Type = audit.TypeKubeRequest
 	k := &audit.KubeRequest{Method: x.req.Method, Path: audit.RequestPath(x.req.RequestURI), Status: status,
-		Latency: x.h.Now().Sub(x.start)}
+		Latency: x.h.Now().Sub(x.start), UserAgent: clipUserAgent(x.req.UserAgent())}
 	if i := x.info; i != nil {
 		k.Verb, k.APIGroup, k.APIVersion, k.Resource = i.Verb, i.APIGroup, i.APIVersion, i.Resource
 		k.Subresource, k.Namespace, k.Name, k.Path = i.Subresource, i.Namespace, i.Name, x.adm.path.String()
@@ -171,13 +197,7 @@ func (x *exchange) impersonate(ctx context.Context) (*http.Request, *refusal) {
 		return nil, &refusal{code: http.StatusServiceUnavailable, msg: "the Limen worker cannot read its ServiceAccount token; ask your operator"}
 	}
 	out := x.outbound(ctx)
-	im := h.Impersonation
-	if x.adm.scope != nil && x.adm.scope.UserPrefix != "" {
-		// Per-client identity: the policy gives this client's users a
-		// name of their own (console:alice), after the worker's prefix.
-		im.UserPrefix += x.adm.scope.UserPrefix
-	}
-	if err := im.Set(out.Header, g.Principal, x.adm.groups, x.adm.req.SessionID); err != nil {
+	if err := x.identity().Set(out.Header, g.Principal, x.adm.groups, x.adm.req.SessionID); err != nil {
 		return nil, &refusal{http.StatusForbidden, "Limen refuses to impersonate: " + err.Error(), "impersonation: " + err.Error()}
 	}
 	impersonate.SetForwardedFor(out.Header, x.adm.req.ClientAddr)
@@ -313,4 +333,17 @@ func outsideEnd(ctx context.Context, otherwise string) string {
 		return audit.EndTunnelClosed
 	}
 	return audit.EndClientClosed
+}
+
+// clipUserAgent cuts a User-Agent to audit.MaxUserAgent bytes, on a rune
+// boundary.
+func clipUserAgent(ua string) string {
+	if len(ua) <= audit.MaxUserAgent {
+		return ua
+	}
+	cut := audit.MaxUserAgent
+	for cut > 0 && !utf8.RuneStart(ua[cut]) {
+		cut--
+	}
+	return ua[:cut]
 }

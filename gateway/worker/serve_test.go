@@ -306,6 +306,7 @@ func TestImpersonatesTheAdmittedGroupsOnly(t *testing.T) {
 	b.h.Policy = keepGroups{"limen:view"}
 	tok, sid := b.grant(nil)
 	req := get(listPath)
+	req.Header.Set("User-Agent", "kubectl/v1.35.0 "+strings.Repeat("x", 300)+"é")
 	for k, v := range map[string]string{
 		"Authorization": "Bearer stolen", "Impersonate-User": "admin", "Impersonate-Group": "system:masters",
 		"impersonate-extra-scopes": "x", "X-Remote-User": "admin", "X-Limen-Session": "forged",
@@ -340,6 +341,9 @@ func TestImpersonatesTheAdmittedGroupsOnly(t *testing.T) {
 	if ev.Type != audit.TypeKubeRequest || !slices.Equal(ev.Groups, []string{"limen:view"}) || ev.Kube.Verb != "list" ||
 		ev.Kube.Resource != "configmaps" || ev.Kube.Status != http.StatusOK || ev.SessionID != sid {
 		t.Fatalf("kube.request %+v %+v", ev, ev.Kube)
+	}
+	if ev.KubeUser != "alice" || len(ev.Kube.UserAgent) != audit.MaxUserAgent || !strings.HasPrefix(ev.Kube.UserAgent, "kubectl/v1.35.0 xxx") {
+		t.Fatalf("kube.request user %q, user agent %q: want alice and the client's agent cut to %d bytes", ev.KubeUser, ev.Kube.UserAgent, audit.MaxUserAgent)
 	}
 	if len(b.stored()) != 0 {
 		t.Fatalf("a list opened a session: %v", b.stored())
@@ -384,6 +388,9 @@ func TestImpersonatesTheMappedUser(t *testing.T) {
 			}
 			if ev.Principal.Kind != tt.p.Kind || ev.Principal.Name != tt.p.Name {
 				t.Fatalf("kube.request names %v, want the Limen principal %v", ev.Principal, tt.p)
+			}
+			if ev.KubeUser != tt.user {
+				t.Fatalf("kube.request says the user impersonated was %q, the API server saw %q", ev.KubeUser, tt.user)
 			}
 		})
 	}

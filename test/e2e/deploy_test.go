@@ -141,6 +141,9 @@ func TestChartSchemaRefuses(t *testing.T) {
 		{"proxy.replicas=2", "replicas"},
 		{"proxy.recordings.retention=90d", "retention"},
 		{"proxy.recordings.store=/var/rec", "store"},
+		{"proxy.audit.retention=forever", "retention"},
+		{"proxy.audit.exportFile=relative.jsonl", "exportFile"},
+		{"proxy.config.audit-webhook-config=/x", "config"},
 	} {
 		_, errb := helmTemplate(t, "limen", true, append(base, "--set", bad.set)...)
 		if !strings.Contains(errb, "values don't meet the specifications of the schema") || !strings.Contains(errb, bad.key) {
@@ -151,6 +154,11 @@ func TestChartSchemaRefuses(t *testing.T) {
 	_, errb = helmTemplate(t, "limen", true, "--set", "worker.cluster=demo", "--set", "worker.joinToken.value=x")
 	if !strings.Contains(errb, "worker.proxyAddress: required") {
 		t.Errorf("a worker without proxyAddress: want the chart to say worker.proxyAddress is required, got:\n%s", errb)
+	}
+	// An audit webhook with neither its Secret nor the file to make one of.
+	_, errb = helmTemplate(t, "limen", true, append(base, "--set", "proxy.audit.webhook.enabled=true")...)
+	if !strings.Contains(errb, "proxy.audit.webhook: set existingSecret") {
+		t.Errorf("a webhook without its configuration: want the chart to name proxy.audit.webhook, got:\n%s", errb)
 	}
 }
 

@@ -43,6 +43,10 @@ app.kubernetes.io/component: {{ .component }}
 {{- $_ := set $cfg "recording-store-max-bytes" $p.recordings.maxBytes -}}
 {{- with $p.recordings.store }}{{ $_ := set $cfg "recording-store" . }}{{ end -}}
 {{- with $p.recordings.retention }}{{ $_ := set $cfg "recording-retention" . }}{{ end -}}
+{{- $a := $p.audit | default dict -}}
+{{- with $a.retention }}{{ $_ := set $cfg "audit-retention" . }}{{ end -}}
+{{- with $a.exportFile }}{{ $_ := set $cfg "audit-export-file" . }}{{ end -}}
+{{- if and $a.webhook $a.webhook.enabled }}{{ $_ := set $cfg "audit-webhook-config" (printf "/etc/limen/audit-webhook/%s" $a.webhook.key) }}{{ end -}}
 {{- toYaml (mergeOverwrite $cfg (deepCopy $p.config)) -}}
 {{- end -}}
 
