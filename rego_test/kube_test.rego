@@ -150,3 +150,15 @@ test_data_without_clients_grants_nothing if {
 	kube.groups == set() with data.limen.config as cfg
 		with input as {"client": "kubectl", "principal": fixtures.alice, "cluster": fixtures.demo}
 }
+
+# Provenance (DESIGN.md §2): an identity provider's user named bob is not the
+# local bob, and a local user named after an IdP person is not that person.
+idp_bob := {"kind": "user", "name": "bob", "issuer": "corp"}
+
+test_idp_user_does_not_get_local_user_bindings if {
+	groups_for(idp_bob, fixtures.demo) == set()
+}
+
+test_idp_user_does_not_get_local_trait_bindings if {
+	groups_for({"kind": "user", "name": "x", "issuer": "corp", "traits": {"groups": ["admins"]}}, fixtures.demo) == set()
+}
