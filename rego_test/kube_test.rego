@@ -160,5 +160,30 @@ test_idp_user_does_not_get_local_user_bindings if {
 }
 
 test_idp_user_does_not_get_local_trait_bindings if {
-	groups_for({"kind": "user", "name": "x", "issuer": "corp", "traits": {"groups": ["admins"]}}, fixtures.demo) == set()
+	groups_for({"kind": "user", "name": "x", "issuer": "corp", "traits": {"groups": ["baristas"]}}, fixtures.demo) == set()
+}
+
+test_idp_user_binds_through_its_issuer_by_name if {
+	groups_for({"kind": "user", "name": "frank@example.com", "issuer": "corp"}, fixtures.demo) == {"limen:view"}
+}
+
+test_idp_user_binds_through_its_issuer_by_trait if {
+	groups_for({"kind": "user", "name": "x", "issuer": "corp", "traits": {"groups": ["dev"]}}, fixtures.demo) == {"limen:edit"}
+}
+
+test_local_user_named_like_idp_person_is_not_that_person if {
+	groups_for({"kind": "user", "name": "frank@example.com"}, fixtures.demo) == set()
+	groups_for({"kind": "user", "name": "frank@example.com", "issuer": ""}, fixtures.demo) == set()
+}
+
+test_other_issuer_does_not_get_corp_bindings if {
+	groups_for({"kind": "user", "name": "frank@example.com", "issuer": "other"}, fixtures.demo) == set()
+}
+
+test_local_user_with_explicit_empty_issuer_keeps_bindings if {
+	groups_for(object.union(fixtures.bob, {"issuer": ""}), fixtures.demo) == {"limen:view"}
+}
+
+test_bot_with_issuer_gets_nothing if {
+	groups_for({"kind": "bot", "name": "ci-deployer", "issuer": "corp"}, fixtures.demo) == set()
 }

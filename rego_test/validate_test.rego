@@ -80,3 +80,19 @@ test_bot_oidc_rules if {
 	errors_for({"roles": {}, "bindings": {}, "bots": {"ci": {"oidc": [{"issuer": "x", "claims": {"a": ["b"]}}]}}}) == {`bots.ci.oidc[0] needs a string "issuer" and a non-empty "claims" object of strings`}
 	errors_for({"roles": {}, "bindings": {}, "bots": {"ci": {"keys": []}}}) == {`bots.ci has unknown key "keys" (allowed: oidc)`}
 }
+
+test_issuer_bindings_checked if {
+	errs := errors_for({"roles": {}, "bindings": {"issuers": {
+		"corp": {"users": {"a": ["ghost"], "b": "admin"}, "traits": {"groups": {"dev": ["ghost"]}}, "bots": {}},
+		"Local": {},
+		"local": {},
+	}}})
+	errs == {
+		`bindings.issuers.corp.users.a names unknown role "ghost"`,
+		`bindings.issuers.corp.users.b must be a list of role names`,
+		`bindings.issuers.corp.traits.groups.dev names unknown role "ghost"`,
+		`bindings.issuers.corp has unknown key "bots" (allowed: users, traits)`,
+		`bindings.issuers.Local: "Local" is not an identity provider's name (1-63 lower-case letters, digits and inner hyphens; not local, bot, user or system...)`,
+		`bindings.issuers.local: "local" is not an identity provider's name (1-63 lower-case letters, digits and inner hyphens; not local, bot, user or system...)`,
+	}
+}

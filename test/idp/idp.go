@@ -30,6 +30,9 @@ type User struct {
 	Email    string
 	Password string
 	Groups   []string
+	// PreferredUsername is the preferred_username claim (the profile
+	// scope); empty is Email.
+	PreferredUsername string
 	// EmailUnverified makes the ID token say email_verified: false.
 	EmailUnverified bool
 }
