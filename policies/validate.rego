@@ -6,6 +6,7 @@
 #   system: group never reaches a decision.
 package limen.validate
 
+import data.limen.bots
 import data.limen.roles
 
 # config is the policy data; absent data is an empty (granting nothing) config.
@@ -34,6 +35,21 @@ errors contains sprintf("bots.%s.oidc[%d] needs a string \"issuer\" and a non-em
 	some name, bot in config.bots
 	some i, rule in bot.oidc
 	not valid_bot_oidc(rule)
+}
+
+# The issuers' kinds are the proxy's configuration, which a bundle does not
+# know; an entry must pin an owner of some kind here, and at login one of
+# the kind of the issuer that signed the token (bots.rego).
+errors contains sprintf("bots.%s.oidc[%d].claims binds no owner: add repository_owner_id or repository_id (GitHub), namespace_id or project_id (GitLab) or sub (another issuer); without one, any repository's token for this proxy's audience can match", [name, i]) if {
+	some name, bot in config.bots
+	some i, rule in bot.oidc
+	valid_bot_oidc(rule)
+	not owner_bound_any(rule)
+}
+
+owner_bound_any(rule) if {
+	some kind, _ in bots.owner_claims
+	bots.owner_bound(rule, kind)
 }
 
 valid_bot_oidc(rule) if {

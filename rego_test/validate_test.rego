@@ -74,7 +74,7 @@ test_clients_must_be_an_object if {
 }
 
 test_bot_oidc_rules if {
-	errors_for({"roles": {}, "bindings": {}, "bots": {"ci": {"oidc": [{"issuer": "github", "claims": {"repository": "a/b"}}]}}}) == set()
+	errors_for({"roles": {}, "bindings": {}, "bots": {"ci": {"oidc": [{"issuer": "github", "claims": {"repository": "a/b", "repository_owner_id": "42"}}]}}}) == set()
 	errors_for({"roles": {}, "bindings": {}, "bots": {"ci": {"oidc": [{"issuer": "github", "claims": {}}]}}}) == {`bots.ci.oidc[0] needs a string "issuer" and a non-empty "claims" object of strings`}
 	errors_for({"roles": {}, "bindings": {}, "bots": {"ci": {"oidc": [{"issuer": 1, "claims": {"a": "b"}}]}}}) == {`bots.ci.oidc[0] needs a string "issuer" and a non-empty "claims" object of strings`}
 	errors_for({"roles": {}, "bindings": {}, "bots": {"ci": {"oidc": [{"issuer": "x", "claims": {"a": ["b"]}}]}}}) == {`bots.ci.oidc[0] needs a string "issuer" and a non-empty "claims" object of strings`}
@@ -95,4 +95,13 @@ test_issuer_bindings_checked if {
 		`bindings.issuers.Local: "Local" is not an identity provider's name (1-63 lower-case letters, digits and inner hyphens; not local, bot, user or system...)`,
 		`bindings.issuers.local: "local" is not an identity provider's name (1-63 lower-case letters, digits and inner hyphens; not local, bot, user or system...)`,
 	}
+}
+
+# A keyless entry that binds no owner (only ref, or only the repository's
+# name) admits any repository's CI token minted for this proxy's audience.
+test_bot_oidc_entry_needs_an_owner_bound_claim if {
+	msg := `bots.ci.oidc[0].claims binds no owner: add repository_owner_id or repository_id (GitHub), namespace_id or project_id (GitLab) or sub (another issuer); without one, any repository's token for this proxy's audience can match`
+	errors_for({"roles": {}, "bindings": {}, "bots": {"ci": {"oidc": [{"issuer": "github", "claims": {"ref": "refs/heads/main"}}]}}}) == {msg}
+	errors_for({"roles": {}, "bindings": {}, "bots": {"ci": {"oidc": [{"issuer": "github", "claims": {"repository": "a/b", "repository_owner_id": ""}}]}}}) == {msg}
+	errors_for({"roles": {}, "bindings": {}, "bots": {"ci": {"oidc": [{"issuer": "gitlab", "claims": {"project_id": "7", "ref": "main"}}]}}}) == set()
 }
