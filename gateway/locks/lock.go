@@ -36,11 +36,14 @@ func TargetOf(p identity.Principal) Target { return Target{Kind: p.Kind, Name: p
 // ParseTarget reads what identity.ParsePrincipal reads: "NAME" (a local
 // user), "user:NAME", "bot:NAME" or "user:ISSUER:NAME".
 func ParseTarget(s string) (Target, error) {
-	p, err := identity.ParsePrincipal(s)
-	if err != nil {
-		return Target{}, fmt.Errorf("lock target %w", err)
+	t := Target{Kind: identity.KindUser, Name: s}
+	if k, rest, ok := strings.Cut(s, ":"); ok {
+		t = Target{Kind: identity.Kind(k), Name: rest}
 	}
-	return TargetOf(p), nil
+	if err := t.Validate(); err != nil {
+		return Target{}, err
+	}
+	return t, nil
 }
 
 // Principal is the principal t names (kind, issuer and name only).
