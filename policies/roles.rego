@@ -8,21 +8,50 @@
 #   thousand.
 package limen.roles
 
-# bound is the set of role names bound to input.principal, by name or by trait.
+# provenance is where input.principal comes from: "" for Limen's own users
+# and bots, otherwise the name of the identity provider that signed it in
+# (--oidc-issuer-name). Limen always sends it; an input without it (a
+# hand-written one) is a local principal.
+provenance := object.get(input.principal, "issuer", "")
+
+# bound is the set of role names bound to input.principal, by name or by
+# trait. A principal binds only through its own source's entries, so two
+# sources never share a name (DESIGN.md §2): local users and bots through
+# bindings.users, bindings.bots and bindings.traits; a provider's users
+# through bindings.issuers[provider].users and .traits. The provider's bob
+# is not the local bob, and a local user named after a provider's person
+# does not get that person's roles.
 bound contains role if {
+	provenance == ""
 	input.principal.kind == "user"
 	some role in data.limen.config.bindings.users[input.principal.name]
 }
 
 bound contains role if {
+	provenance == ""
 	input.principal.kind == "bot"
 	some role in data.limen.config.bindings.bots[input.principal.name]
 }
 
 bound contains role if {
+	provenance == ""
 	some trait, values in input.principal.traits
 	some value in values
 	some role in data.limen.config.bindings.traits[trait][value]
+}
+
+bound contains role if {
+	provenance != ""
+	input.principal.kind == "user"
+	some role in data.limen.config.bindings.issuers[provenance].users[input.principal.name]
+}
+
+bound contains role if {
+	provenance != ""
+	input.principal.kind == "user"
+	some trait, values in input.principal.traits
+	some value in values
+	some role in data.limen.config.bindings.issuers[provenance].traits[trait][value]
 }
 
 # selects(role, cluster) holds when one of the role's cluster selectors matches

@@ -6,6 +6,7 @@
 #   system: group never reaches a decision.
 package limen.validate
 
+import data.limen.bots
 import data.limen.roles
 
 # config is the policy data; absent data is an empty (granting nothing) config.
@@ -34,6 +35,21 @@ errors contains sprintf("bots.%s.oidc[%d] needs a string \"issuer\" and a non-em
 	some name, bot in config.bots
 	some i, rule in bot.oidc
 	not valid_bot_oidc(rule)
+}
+
+# The issuers' kinds are the proxy's configuration, which a bundle does not
+# know; an entry must pin an owner of some kind here, and at login one of
+# the kind of the issuer that signed the token (bots.rego).
+errors contains sprintf("bots.%s.oidc[%d].claims binds no owner: add repository_owner_id or repository_id (GitHub), namespace_id or project_id (GitLab) or sub (another issuer); without one, any repository's token for this proxy's audience can match", [name, i]) if {
+	some name, bot in config.bots
+	some i, rule in bot.oidc
+	valid_bot_oidc(rule)
+	not owner_bound_any(rule)
+}
+
+owner_bound_any(rule) if {
+	some kind, _ in bots.owner_claims
+	bots.owner_bound(rule, kind)
 }
 
 valid_bot_oidc(rule) if {
@@ -147,9 +163,59 @@ errors contains sprintf("role %q: \"admin\" must be a list of action names", [na
 	not all_strings(admin)
 }
 
-errors contains sprintf("bindings has unknown key %q (allowed: users, bots, traits)", [key]) if {
+errors contains sprintf("bindings has unknown key %q (allowed: users, bots, traits, issuers)", [key]) if {
 	some key, _ in config.bindings
-	not key in {"users", "bots", "traits"}
+	not key in {"users", "bots", "traits", "issuers"}
+}
+
+# bindings.issuers.<provider> binds the people of one identity provider (the
+# proxy's --oidc-issuer-name): "users" by name, "traits" by trait value, in
+# the shape of the local entries. Bots are always local.
+errors contains sprintf("bindings.issuers.%s: %q is not an identity provider's name (1-63 lower-case letters, digits and inner hyphens; not local, bot, user or system...)", [iss, iss]) if {
+	some iss, _ in config.bindings.issuers
+	not valid_issuer(iss)
+}
+
+errors contains sprintf("bindings.issuers.%s has unknown key %q (allowed: users, traits)", [iss, key]) if {
+	some iss, entry in config.bindings.issuers
+	some key, _ in entry
+	not key in {"users", "traits"}
+}
+
+errors contains sprintf("bindings.issuers.%s.users.%s must be a list of role names", [iss, who]) if {
+	some iss, entry in config.bindings.issuers
+	some who, bound in entry.users
+	not all_strings(bound)
+}
+
+errors contains sprintf("bindings.issuers.%s.users.%s names unknown role %q", [iss, who, role]) if {
+	some iss, entry in config.bindings.issuers
+	some who, bound in entry.users
+	some role in bound
+	not config.roles[role]
+}
+
+errors contains sprintf("bindings.issuers.%s.traits.%s.%s must be a list of role names", [iss, trait, value]) if {
+	some iss, entry in config.bindings.issuers
+	some trait, values in entry.traits
+	some value, bound in values
+	not all_strings(bound)
+}
+
+errors contains sprintf("bindings.issuers.%s.traits.%s.%s names unknown role %q", [iss, trait, value, role]) if {
+	some iss, entry in config.bindings.issuers
+	some trait, values in entry.traits
+	some value, bound in values
+	some role in bound
+	not config.roles[role]
+}
+
+# valid_issuer mirrors identity.ValidIssuer.
+valid_issuer(s) if {
+	is_string(s)
+	regex.match(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`, s)
+	not s in {"local", "bot", "user"}
+	not startswith(s, "system")
 }
 
 errors contains sprintf("bindings.%s.%s must be a list of role names", [kind, who]) if {

@@ -30,6 +30,10 @@ config := {
 			"eu-oncall": ["edit-eu-prod"],
 			"baristas": ["menu-editor", "console-view", "view-any-client", "view-demo"],
 		}},
+		"issuers": {"corp": {
+			"users": {"frank@example.com": ["view-demo"]},
+			"traits": {"groups": {"dev": ["edit-dev"], "admins": ["admin"]}},
+		}},
 	},
 }
 

@@ -150,3 +150,40 @@ test_data_without_clients_grants_nothing if {
 	kube.groups == set() with data.limen.config as cfg
 		with input as {"client": "kubectl", "principal": fixtures.alice, "cluster": fixtures.demo}
 }
+
+# Provenance (DESIGN.md §2): an identity provider's user named bob is not the
+# local bob, and a local user named after an IdP person is not that person.
+idp_bob := {"kind": "user", "name": "bob", "issuer": "corp"}
+
+test_idp_user_does_not_get_local_user_bindings if {
+	groups_for(idp_bob, fixtures.demo) == set()
+}
+
+test_idp_user_does_not_get_local_trait_bindings if {
+	groups_for({"kind": "user", "name": "x", "issuer": "corp", "traits": {"groups": ["baristas"]}}, fixtures.demo) == set()
+}
+
+test_idp_user_binds_through_its_issuer_by_name if {
+	groups_for({"kind": "user", "name": "frank@example.com", "issuer": "corp"}, fixtures.demo) == {"limen:view"}
+}
+
+test_idp_user_binds_through_its_issuer_by_trait if {
+	groups_for({"kind": "user", "name": "x", "issuer": "corp", "traits": {"groups": ["dev"]}}, fixtures.demo) == {"limen:edit"}
+}
+
+test_local_user_named_like_idp_person_is_not_that_person if {
+	groups_for({"kind": "user", "name": "frank@example.com"}, fixtures.demo) == set()
+	groups_for({"kind": "user", "name": "frank@example.com", "issuer": ""}, fixtures.demo) == set()
+}
+
+test_other_issuer_does_not_get_corp_bindings if {
+	groups_for({"kind": "user", "name": "frank@example.com", "issuer": "other"}, fixtures.demo) == set()
+}
+
+test_local_user_with_explicit_empty_issuer_keeps_bindings if {
+	groups_for(object.union(fixtures.bob, {"issuer": ""}), fixtures.demo) == {"limen:view"}
+}
+
+test_bot_with_issuer_gets_nothing if {
+	groups_for({"kind": "bot", "name": "ci-deployer", "issuer": "corp"}, fixtures.demo) == set()
+}

@@ -85,9 +85,34 @@ test_clients_must_be_an_object if {
 }
 
 test_bot_oidc_rules if {
-	errors_for({"roles": {}, "bindings": {}, "bots": {"ci": {"oidc": [{"issuer": "github", "claims": {"repository": "a/b"}}]}}}) == set()
+	errors_for({"roles": {}, "bindings": {}, "bots": {"ci": {"oidc": [{"issuer": "github", "claims": {"repository": "a/b", "repository_owner_id": "42"}}]}}}) == set()
 	errors_for({"roles": {}, "bindings": {}, "bots": {"ci": {"oidc": [{"issuer": "github", "claims": {}}]}}}) == {`bots.ci.oidc[0] needs a string "issuer" and a non-empty "claims" object of strings`}
 	errors_for({"roles": {}, "bindings": {}, "bots": {"ci": {"oidc": [{"issuer": 1, "claims": {"a": "b"}}]}}}) == {`bots.ci.oidc[0] needs a string "issuer" and a non-empty "claims" object of strings`}
 	errors_for({"roles": {}, "bindings": {}, "bots": {"ci": {"oidc": [{"issuer": "x", "claims": {"a": ["b"]}}]}}}) == {`bots.ci.oidc[0] needs a string "issuer" and a non-empty "claims" object of strings`}
 	errors_for({"roles": {}, "bindings": {}, "bots": {"ci": {"keys": []}}}) == {`bots.ci has unknown key "keys" (allowed: oidc)`}
+}
+
+test_issuer_bindings_checked if {
+	errs := errors_for({"roles": {}, "bindings": {"issuers": {
+		"corp": {"users": {"a": ["ghost"], "b": "admin"}, "traits": {"groups": {"dev": ["ghost"]}}, "bots": {}},
+		"Local": {},
+		"local": {},
+	}}})
+	errs == {
+		`bindings.issuers.corp.users.a names unknown role "ghost"`,
+		`bindings.issuers.corp.users.b must be a list of role names`,
+		`bindings.issuers.corp.traits.groups.dev names unknown role "ghost"`,
+		`bindings.issuers.corp has unknown key "bots" (allowed: users, traits)`,
+		`bindings.issuers.Local: "Local" is not an identity provider's name (1-63 lower-case letters, digits and inner hyphens; not local, bot, user or system...)`,
+		`bindings.issuers.local: "local" is not an identity provider's name (1-63 lower-case letters, digits and inner hyphens; not local, bot, user or system...)`,
+	}
+}
+
+# A keyless entry that binds no owner (only ref, or only the repository's
+# name) admits any repository's CI token minted for this proxy's audience.
+test_bot_oidc_entry_needs_an_owner_bound_claim if {
+	msg := `bots.ci.oidc[0].claims binds no owner: add repository_owner_id or repository_id (GitHub), namespace_id or project_id (GitLab) or sub (another issuer); without one, any repository's token for this proxy's audience can match`
+	errors_for({"roles": {}, "bindings": {}, "bots": {"ci": {"oidc": [{"issuer": "github", "claims": {"ref": "refs/heads/main"}}]}}}) == {msg}
+	errors_for({"roles": {}, "bindings": {}, "bots": {"ci": {"oidc": [{"issuer": "github", "claims": {"repository": "a/b", "repository_owner_id": ""}}]}}}) == {msg}
+	errors_for({"roles": {}, "bindings": {}, "bots": {"ci": {"oidc": [{"issuer": "gitlab", "claims": {"project_id": "7", "ref": "main"}}]}}}) == set()
 }

@@ -82,7 +82,7 @@ audited". A request still under way is shown so too until it is answered.
 	}
 	f := cmd.Flags()
 	f.String("data-dir", "", "the proxy's data directory")
-	f.String("user", "", "only events by this user or bot (NAME or KIND:NAME)")
+	f.String("user", "", "only events by this user or bot: NAME matches it from every source (local and each identity provider, told apart in the FROM column), KIND:NAME only the local one, user:ISSUER:NAME only that provider's")
 	f.String("cluster", "", "only events for this cluster")
 	f.String("verb", "", "only kube.request events with this Kubernetes verb (get, list, watch, delete, …)")
 	f.String("type", "", "only events of this type (kube.request, kube.sent, auth.denied, session.start, …)")
@@ -154,15 +154,15 @@ func writeEventsJSON(w io.Writer, events []audit.Event) error {
 
 func writeEventsTable(w io.Writer, events []audit.Event) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TIME\tTYPE\tWHO\tCLUSTER\tDETAIL")
+	fmt.Fprintln(tw, "TIME\tTYPE\tWHO\tFROM\tCLUSTER\tDETAIL")
 	for _, e := range events {
-		who := e.Principal.String()
+		who, from := e.Principal.String(), e.Principal.Provenance()
 		if e.Principal.Name == "" {
-			who = "-"
+			who, from = "-", "-"
 		} else if c := e.Principal.ClientID; c != "" && c != identity.ClientKubectl {
 			who += " via " + c // the command line's is the usual case, left unsaid
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", e.Time.Local().Format(time.RFC3339), e.Type, who, dash(e.Cluster), eventDetail(e))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", e.Time.Local().Format(time.RFC3339), e.Type, who, from, dash(e.Cluster), eventDetail(e))
 	}
 	return tw.Flush()
 }

@@ -27,3 +27,25 @@ func TestAuditTableNamesTheClient(t *testing.T) {
 		t.Fatalf("table:\n%s", b.String())
 	}
 }
+
+// TestAuditTableShowsProvenance: the local bob and identity provider
+// corp's bob are told apart in the table: WHO names the provider and FROM
+// says where each comes from.
+func TestAuditTableShowsProvenance(t *testing.T) {
+	ev := func(issuer string) audit.Event {
+		return audit.Event{Type: audit.TypeAuthLogin, Time: time.Now(),
+			Principal: identity.Principal{Kind: identity.KindUser, Name: "bob", Issuer: issuer, ClientID: identity.ClientKubectl}}
+	}
+	var b bytes.Buffer
+	if err := writeEventsTable(&b, []audit.Event{ev(""), ev("corp"), {Type: audit.TypeAuthDenied, Time: time.Now()}}); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	if len(lines) != 4 || strings.Join(strings.Fields(lines[0])[2:4], " ") != "WHO FROM" {
+		t.Fatalf("table:\n%s", b.String())
+	}
+	local, corp, nobody := strings.Fields(lines[1]), strings.Fields(lines[2]), strings.Fields(lines[3])
+	if local[2] != "user:bob" || local[3] != "local" || corp[2] != "user:corp:bob" || corp[3] != "corp" || nobody[2] != "-" || nobody[3] != "-" {
+		t.Fatalf("table:\n%s", b.String())
+	}
+}

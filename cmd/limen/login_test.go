@@ -20,7 +20,7 @@ func TestLoginStatusLogout(t *testing.T) {
 	}
 	h.login("root", adminPassword)
 	out := h.ok("status", "status")
-	for _, want := range []string{"user:root", "groups=admins", "Valid until", "prod, staging", h.proxy} {
+	for _, want := range []string{"user:root", "From:        local", "groups=admins", "Valid until", "prod, staging", h.proxy} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status output lacks %q:\n%s", want, out)
 		}

@@ -50,6 +50,7 @@ func newPolicyEvalCmd() *cobra.Command {
 	f := cmd.Flags()
 	f.String("principal", "", "user or bot name (required)")
 	f.String("kind", string(identity.KindUser), "principal kind: user or bot")
+	f.String("issuer", "", "the identity provider the user comes from (the proxy's --oidc-issuer-name, such as oidc); empty: a local user or bot")
 	f.String("client", identity.ClientKubectl, "the client the credential names: kubectl, console or an application registered in policy")
 	f.StringSlice("traits", nil, "principal trait as NAME=VALUE (repeatable, or comma-separated)")
 	f.String("cluster", "", "cluster name (required)")
@@ -69,6 +70,11 @@ func runPolicyEval(cmd *cobra.Command, _ []string) error {
 	p, c, err := evalInput(v.GetString("principal"), v.GetString("kind"), v.GetStringSlice("traits"), v.GetString("cluster"), v.GetStringSlice("labels"))
 	if err != nil {
 		return err
+	}
+	if p.Issuer = v.GetString("issuer"); p.Issuer != "" {
+		if err := p.Validate(); err != nil {
+			return fmt.Errorf("issuer: %w", err)
+		}
 	}
 	p.ClientID = v.GetString("client")
 	if err := identity.ValidClient(p.ClientID); err != nil {

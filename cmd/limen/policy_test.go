@@ -94,6 +94,11 @@ func TestPolicyEvalExplainsExample(t *testing.T) {
 		{[]string{"--principal", "alice", "--traits", "groups=dev", "--cluster", "prod"},
 			[]string{"limen:view  granted by role view-everywhere"}},
 		{[]string{"--principal", "bob", "--cluster", "prod"}, []string{"(none: access denied)"}},
+		// The provider's bob is not the local bob (bindings.users.bob).
+		{[]string{"--principal", "bob", "--cluster", "demo"}, []string{"limen:view  granted by role view-demo"}},
+		{[]string{"--principal", "bob", "--issuer", "oidc", "--cluster", "demo"}, []string{"(none: access denied)"}},
+		{[]string{"--principal", "carol@example.com", "--issuer", "oidc", "--traits", "groups=dev", "--cluster", "demo", "--labels", "env=dev"},
+			[]string{"limen:edit  granted by role edit-dev"}},
 		{[]string{"--principal", "ci-deployer", "--kind", "bot", "--cluster", "demo"}, []string{"limen:edit  granted by role deploy-demo"}},
 		{[]string{"--principal", "dana", "--traits", "groups=admins", "--cluster", "x", "--action", "user.lock"}, []string{"user.lock  allowed"}},
 	}

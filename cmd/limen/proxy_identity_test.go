@@ -39,7 +39,7 @@ func TestLoadIdentity(t *testing.T) {
 	if pc.ClientSecret != "s3cret" || pc.Mapping.Traits["team"] != "department" || pc.Mapping.Username != "email" {
 		t.Fatalf("config %+v", pc)
 	}
-	if len(cis) != 1 || cis[0].Name != "github" || cis[0].Audience != "limen" {
+	if len(cis) != 1 || cis[0].Name != "github" || cis[0].Audience != "limen" || cis[0].Kind != "github" {
 		t.Fatalf("CI issuers %+v", cis)
 	}
 	if pc, cis, err := loadIdentity(identityViper(t)); err != nil || pc != nil || cis != nil {
@@ -62,10 +62,43 @@ func TestLoadIdentity(t *testing.T) {
 		{[]string{"--ci-issuer", "https://token.actions.githubusercontent.com"}, "ci-issuer"},
 		{[]string{"--ci-issuer", "gh=http://ci.example.com"}, "ci-issuer"},
 		{[]string{"--ci-issuer", "gh=https://a.example", "--ci-issuer", "gh=https://b.example"}, "ci-issuer"},
+		// Which claims bind an owner depends on the CI system: one Limen
+		// cannot tell by its URL must be named.
+		{[]string{"--ci-issuer", "ci=https://ci.example.com"}, "ci-issuer"},
+		{[]string{"--ci-issuer", "ci=https://ci.example.com", "--ci-issuer-kind", "ci=jenkins"}, "ci-issuer-kind"},
+		{[]string{"--ci-issuer", "gh=https://token.actions.githubusercontent.com", "--ci-issuer-kind", "other=github"}, "ci-issuer-kind other"},
+		// People named by a claim they can change: refused unless accepted.
+		{append(base, "--oidc-username-claim", "preferred_username"), "oidc-username-claim"},
+		{append(base, "--oidc-username-claim", "nickname"), "oidc-username-claim"},
+		{append(base, "--oidc-issuer-name", "local"), "oidc-issuer-name"},
+		{append(base, "--oidc-issuer-name", "Corp"), "oidc-issuer-name"},
 	} {
 		_, _, err := loadIdentity(identityViper(t, tc.args...))
 		if err == nil || !strings.HasPrefix(err.Error(), tc.key) {
 			t.Errorf("%v: error %v, want one naming %s", tc.args, err, tc.key)
 		}
+	}
+}
+
+func TestLoadIdentityProvenance(t *testing.T) {
+	secret := filepath.Join(t.TempDir(), "secret")
+	os.WriteFile(secret, []byte("s3cret\n"), 0o600)
+	base := []string{"--oidc-issuer", "https://login.example.com", "--oidc-client-id", "limen", "--oidc-client-secret-file", secret}
+	pc, _, err := loadIdentity(identityViper(t, base...))
+	if err != nil || pc.Name != "oidc" {
+		t.Fatalf("default issuer name: %+v, %v", pc, err)
+	}
+	_, _, err = loadIdentity(identityViper(t, append(base, "--oidc-username-claim", "preferred_username")...))
+	if err == nil || !strings.Contains(err.Error(), "oidc-username-claim-allow-mutable") {
+		t.Fatalf("the refusal of preferred_username must name the key that accepts it: %v", err)
+	}
+	pc, _, err = loadIdentity(identityViper(t, append(base, "--oidc-username-claim", "preferred_username",
+		"--oidc-username-claim-allow-mutable", "--oidc-issuer-name", "corp")...))
+	if err != nil || pc.Name != "corp" || !pc.Mapping.AllowMutableUsername {
+		t.Fatalf("accepted mutable claim: %+v, %v", pc, err)
+	}
+	_, cis, err := loadIdentity(identityViper(t, "--ci-issuer", "ci=http://127.0.0.1:1", "--ci-issuer-kind", "ci=github"))
+	if err != nil || len(cis) != 1 || cis[0].Kind != "github" {
+		t.Fatalf("stated kind: %+v, %v", cis, err)
 	}
 }

@@ -28,6 +28,7 @@ func newStatusCmd() *cobra.Command {
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "Proxy:       %s\n", p.Proxy)
 			fmt.Fprintf(out, "Logged in as: %s\n", creds.Principal.String())
+			fmt.Fprintf(out, "From:        %s\n", provenanceText(creds.Principal))
 			fmt.Fprintf(out, "Client:      %s\n", clientName(creds.Principal))
 			fmt.Fprintf(out, "Traits:      %s\n", formatTraits(creds.Principal))
 			left := time.Until(creds.Cert.NotAfter).Round(time.Minute)
@@ -62,6 +63,15 @@ func clientName(p identity.Principal) string {
 		return "(none: this certificate gets nothing, run limen login)"
 	}
 	return p.ClientID
+}
+
+// provenanceText says where a principal comes from: Limen's own directory
+// or the identity provider that vouched for it.
+func provenanceText(p identity.Principal) string {
+	if p.Issuer == "" {
+		return identity.ProvenanceLocal + " (a user or bot of this proxy's own directory)"
+	}
+	return "identity provider " + p.Issuer + " (its people are never the local users of the same name)"
 }
 
 func formatTraits(p identity.Principal) string { return formatTraitMap(p.Traits) }

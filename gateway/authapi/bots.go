@@ -18,16 +18,19 @@ import (
 )
 
 // CIIssuer is a trusted CI issuer: policy knows it by Name (so that policy
-// data does not depend on a URL), the Verifier checks its tokens.
+// data does not depend on a URL) and its Kind (which claims pin a token to
+// one owner), the Verifier checks its tokens.
 type CIIssuer struct {
 	Name     string
+	Kind     bots.CIKind
 	Verifier *oidc.Verifier
 }
 
 // BotPolicy decides whether a CI workload token may log in as a bot
-// (data.limen.bots.oidc_login); issuer is the CIIssuer's Name.
+// (data.limen.bots.oidc_login); issuer is the CIIssuer's Name, kind its
+// Kind.
 type BotPolicy interface {
-	BotOIDCAllow(ctx context.Context, bot identity.Principal, issuer string, claims map[string]any) (bool, error)
+	BotOIDCAllow(ctx context.Context, bot identity.Principal, issuer string, kind bots.CIKind, claims map[string]any) (bool, error)
 }
 
 // Paths and admin actions of the bot endpoints.
@@ -237,7 +240,7 @@ func (h *Handler) botOIDCLogin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p := identity.Principal{Kind: identity.KindBot, Name: b.Name, Traits: b.Traits, ClientID: identity.ClientKubectl}
-	allow, err := h.cfg.BotPolicy.BotOIDCAllow(r.Context(), p, ci.Name, tok.Claims)
+	allow, err := h.cfg.BotPolicy.BotOIDCAllow(r.Context(), p, ci.Name, ci.Kind, tok.Claims)
 	if err != nil {
 		h.api.Logger.Error("bot policy evaluation failed", "bot", b.Name, "err", err)
 		apihttp.WriteError(w, http.StatusServiceUnavailable, "policy unavailable: try again later")
@@ -245,6 +248,22 @@ func (h *Handler) botOIDCLogin(w http.ResponseWriter, r *http.Request) {
 	}
 	if !allow {
 		refuse(http.StatusForbidden, "policy does not let this token's claims log in as bot "+b.Name+" (data.limen.bots.oidc_login)")
+		return
+	}
+	// A token logs in once: a copy (from a job's log, a compromised step)
+	// is refused while the token lives. Only tokens policy let in are
+	// remembered, so other repositories' tokens cannot fill the cache.
+	jti, _ := tok.Claims["jti"].(string)
+	if jti == "" {
+		refuse(http.StatusUnauthorized, "the token has no jti (a string token id), so its reuse could not be refused")
+		return
+	}
+	if err := h.cfg.Replay.Use(ci.Name+"\x00"+jti, tok.Expiry, h.api.Now()); errors.Is(err, bots.ErrReplayFull) {
+		h.api.Logger.Error("bot oidc login: replay cache full", "bot", b.Name, "issuer", ci.Name)
+		refuse(http.StatusServiceUnavailable, err.Error())
+		return
+	} else if err != nil {
+		refuse(http.StatusUnauthorized, err.Error())
 		return
 	}
 	h.issue(w, r, csr, ttl, p, "bot-oidc:"+ci.Name, tok.Expiry)

@@ -76,6 +76,9 @@ type Config struct {
 	Bots      *bots.Store
 	CI        []CIIssuer
 	BotPolicy BotPolicy
+	// Replay remembers the CI tokens that logged in, so that none logs in
+	// twice; nil is a bots.NewReplayCache of the default size.
+	Replay *bots.ReplayCache
 }
 
 // Handler serves the identity API. Mount it at "/v1/".
@@ -100,6 +103,9 @@ func New(cfg Config) (*Handler, error) {
 		Policy: cfg.Admin, Audit: cfg.Audit, ClientAddr: cfg.ClientAddr, Now: cfg.Now, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
+	}
+	if cfg.Replay == nil {
+		cfg.Replay = bots.NewReplayCache(0)
 	}
 	h := &Handler{cfg: cfg, api: api}
 	api.Public("POST "+PathLogin, h.login)

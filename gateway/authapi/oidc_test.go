@@ -90,8 +90,15 @@ func TestOIDCLogin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if resp.Principal.String() != "user:carol@example.com" || resp.Principal.Traits["groups"][0] != "dev" {
+	// The provider's carol, never a local user of that name: in the answer
+	// and in the certificate.
+	if resp.Principal.String() != "user:oidc:carol@example.com" || resp.Principal.Traits["groups"][0] != "dev" {
 		t.Fatalf("principal %+v", resp.Principal)
+	}
+	if certs, err := ca.ParseCertsPEM([]byte(resp.Certificate)); err != nil || len(certs) == 0 {
+		t.Fatal(err)
+	} else if p, err := ca.PrincipalOfCert(certs[0]); err != nil || p.Issuer != "oidc" || p.Name != "carol@example.com" {
+		t.Fatalf("certificate principal %+v, %v", p, err)
 	}
 
 	_, err = signIn("mallory@example.com")

@@ -17,9 +17,10 @@ import (
 // The principal extension (OIDPrincipal) is the DER encoding of
 //
 //	LimenPrincipal ::= SEQUENCE {
-//	    version   INTEGER (1),
+//	    version   INTEGER (2),
 //	    kind      UTF8String,            -- "user" or "bot"
 //	    name      UTF8String,
+//	    issuer    UTF8String,            -- provenance: empty is local, else identity.ValidIssuer
 //	    clientID  UTF8String,            -- the one client (identity.ValidClient); empty gets nothing
 //	    loginID   UTF8String,            -- empty: unknown
 //	    traits    SEQUENCE OF Trait      -- sorted by name, names unique
@@ -32,14 +33,21 @@ import (
 //
 // A decoder refuses any other version, trailing bytes, duplicate trait names,
 // oversized input and any principal that fails identity.Principal.Validate.
+// Version 1 had no issuer: its certificates are refused rather than read as
+// local, since an identity provider's user would then be the local user of
+// the same name (its holder logs in again).
 var (
 	OIDPrincipal     = asn1.ObjectIdentifier{1, 3, 6, 1, 4, 1, 64297, 1, 1}
 	OIDWorkerCluster = asn1.ObjectIdentifier{1, 3, 6, 1, 4, 1, 64297, 1, 2}
 )
 
-// ExtensionVersion is the only version of both extensions this code writes
-// and reads.
+// ExtensionVersion is the only version of the worker extension this code
+// writes and reads.
 const ExtensionVersion = 1
+
+// PrincipalVersion is the only version of the principal extension this
+// code writes and reads (2: the principal's issuer).
+const PrincipalVersion = 2
 
 // Bounds on what an extension may carry, so a certificate cannot make the
 // proxy allocate without limit.
@@ -57,6 +65,7 @@ type principalASN1 struct {
 	Version  int
 	Kind     string `asn1:"utf8"`
 	Name     string `asn1:"utf8"`
+	Issuer   string `asn1:"utf8"`
 	ClientID string `asn1:"utf8"`
 	LoginID  string `asn1:"utf8"`
 	Traits   []traitASN1
@@ -83,7 +92,7 @@ func EncodePrincipal(p identity.Principal) ([]byte, error) {
 	if len(p.Traits) > maxTraits {
 		return nil, fmt.Errorf("principal has %d traits, at most %d are allowed", len(p.Traits), maxTraits)
 	}
-	v := principalASN1{Version: ExtensionVersion, Kind: string(p.Kind), Name: p.Name,
+	v := principalASN1{Version: PrincipalVersion, Kind: string(p.Kind), Name: p.Name, Issuer: p.Issuer,
 		ClientID: p.ClientID, LoginID: p.LoginID, Traits: []traitASN1{}}
 	names := make([]string, 0, len(p.Traits))
 	for k := range p.Traits {
@@ -121,13 +130,13 @@ func DecodePrincipal(der []byte) (identity.Principal, error) {
 	if len(rest) != 0 {
 		return zero, fmt.Errorf("%w: %d trailing bytes", ErrBadExtension, len(rest))
 	}
-	if v.Version != ExtensionVersion {
-		return zero, fmt.Errorf("%w: version %d, this proxy reads version %d", ErrBadExtension, v.Version, ExtensionVersion)
+	if v.Version != PrincipalVersion {
+		return zero, fmt.Errorf("%w: principal version %d, this proxy reads version %d (run limen login again)", ErrBadExtension, v.Version, PrincipalVersion)
 	}
 	if len(v.Traits) > maxTraits {
 		return zero, fmt.Errorf("%w: %d traits", ErrBadExtension, len(v.Traits))
 	}
-	p := identity.Principal{Kind: identity.Kind(v.Kind), Name: v.Name, ClientID: v.ClientID, LoginID: v.LoginID}
+	p := identity.Principal{Kind: identity.Kind(v.Kind), Name: v.Name, Issuer: v.Issuer, ClientID: v.ClientID, LoginID: v.LoginID}
 	if len(v.Traits) > 0 {
 		p.Traits = make(map[string][]string, len(v.Traits))
 	}

@@ -36,7 +36,7 @@ func mustMarshal(t *testing.T, v any) []byte {
 }
 
 func TestDecodePrincipalHostile(t *testing.T) {
-	good := principalASN1{Version: 1, Kind: "user", Name: "alice", Traits: []traitASN1{}}
+	good := principalASN1{Version: PrincipalVersion, Kind: "user", Name: "alice", Traits: []traitASN1{}}
 	with := func(f func(*principalASN1)) []byte {
 		v := good
 		f(&v)
@@ -50,7 +50,15 @@ func TestDecodePrincipalHostile(t *testing.T) {
 		{"empty", nil},
 		{"garbage", []byte{0x30, 0x80, 0x00}},
 		{"trailing bytes", append(append([]byte{}, valid...), 0x00)},
-		{"version 2", with(func(v *principalASN1) { v.Version = 2 })},
+		{"version 3", with(func(v *principalASN1) { v.Version = 3 })},
+		{"version 1 (no issuer)", mustMarshal(t, struct {
+			Version                       int
+			Kind, Name, ClientID, LoginID string `asn1:"utf8"`
+			Traits                        []traitASN1
+		}{Version: 1, Kind: "user", Name: "alice", Traits: []traitASN1{}})},
+		{"bad issuer", with(func(v *principalASN1) { v.Issuer = "Corp:x" })},
+		{"reserved issuer", with(func(v *principalASN1) { v.Issuer = "local" })},
+		{"bot with issuer", with(func(v *principalASN1) { v.Kind, v.Issuer = "bot", "corp" })},
 		{"version 0", with(func(v *principalASN1) { v.Version = 0 })},
 		{"unknown kind", with(func(v *principalASN1) { v.Kind = "root" })},
 		{"system name", with(func(v *principalASN1) { v.Name = "system:admin" })},
@@ -175,6 +183,20 @@ func FuzzParseFingerprint(f *testing.F) {
 			t.Fatalf("canonical form %q does not re-parse: %q, %v", got, again, err)
 		}
 	})
+}
+
+// An identity provider's user keeps its issuer through the certificate, so
+// the proxy never reads it back as the local user of the same name.
+func TestPrincipalRoundTripIssuer(t *testing.T) {
+	p := identity.Principal{Kind: identity.KindUser, Name: "bob", Issuer: "corp", ClientID: "kubectl"}
+	der, err := EncodePrincipal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := DecodePrincipal(der)
+	if err != nil || !reflect.DeepEqual(got, p) || got.Same(identity.Principal{Kind: identity.KindUser, Name: "bob"}) {
+		t.Fatalf("got %+v, %v; want %+v", got, err, p)
+	}
 }
 
 func TestPrincipalRoundTripMinimal(t *testing.T) {

@@ -81,7 +81,7 @@ var titles = map[string]string{"signin": "Sign in", "error": "Error", "sessions"
 func (h *Handler) render(w http.ResponseWriter, r *http.Request, status int, name string, s *signin, data any) {
 	v := view{Title: titles[name], Page: data}
 	if s != nil {
-		v.User, v.CSRF = s.p.Name, s.csrf
+		v.User, v.CSRF = s.p.QualifiedName(), s.csrf
 		for _, m := range menu {
 			if h.may(r, s.p, m.action) {
 				v.Nav = append(v.Nav, navItem{Path: Prefix + m.path, Label: m.label,

@@ -13,8 +13,9 @@ import (
 )
 
 // owns reports whether p is the user (or bot) whose session or recording
-// it is, whichever client they used.
-func owns(p, owner identity.Principal) bool { return p.Kind == owner.Kind && p.Name == owner.Name }
+// it is, whichever client they used: same kind, provenance and name, so
+// the provider's bob never owns the local bob's.
+func owns(p, owner identity.Principal) bool { return p.Same(owner) }
 
 // recentSessions is how far back the Sessions page lists ended sessions
 // from the audit trail, at most maxRecentSessions of them.

@@ -21,9 +21,20 @@ const (
 
 // Principal is an authenticated caller. Traits are attributes from the
 // identity source (for example an IdP's groups), keyed by trait name.
+//
+// A principal is named by Kind, Issuer and Name together (Same): Name alone
+// is only what its source calls it, and two sources may use the same word
+// for two people (DESIGN.md §2).
 type Principal struct {
-	Kind   Kind                `json:"kind"`
-	Name   string              `json:"name"`
+	Kind Kind   `json:"kind"`
+	Name string `json:"name"`
+	// Issuer is the principal's provenance: empty for Limen's own
+	// directory (local users and every bot), otherwise the name the proxy
+	// gives the identity provider that vouched for it (--oidc-issuer-name,
+	// ValidIssuer). Local bob and the provider's bob are two principals:
+	// they never share policy bindings, locks, sessions, recordings or a
+	// Kubernetes user name.
+	Issuer string              `json:"issuer,omitempty"`
 	Traits map[string][]string `json:"traits,omitempty"`
 	// ClientID names the one client the credential was issued to (DESIGN.md
 	// §7): ClientKubectl, ClientConsole or an application registered in
@@ -38,13 +49,24 @@ type Principal struct {
 // MaxNameLen bounds principal and trait names.
 const MaxNameLen = 253
 
-// Validate reports whether p is well formed: a known kind and a printable name.
+// Validate reports whether p is well formed: a known kind, a printable
+// name and, when set, a well-formed issuer. Bots are Limen's own (an
+// identity provider's token may log a bot in, but the bot is the one in
+// Limen's directory), so a bot has no issuer.
 func (p Principal) Validate() error {
 	if p.Kind != KindUser && p.Kind != KindBot {
 		return fmt.Errorf("principal kind %q: must be %q or %q", p.Kind, KindUser, KindBot)
 	}
 	if err := ValidName(p.Name); err != nil {
 		return fmt.Errorf("principal name: %w", err)
+	}
+	if p.Issuer != "" {
+		if p.Kind == KindBot {
+			return fmt.Errorf("bot %q has issuer %q: bots are local", p.Name, p.Issuer)
+		}
+		if err := ValidIssuer(p.Issuer); err != nil {
+			return fmt.Errorf("principal issuer: %w", err)
+		}
 	}
 	for k, vs := range p.Traits {
 		if err := ValidName(k); err != nil {
@@ -59,8 +81,80 @@ func (p Principal) Validate() error {
 	return nil
 }
 
-// String is kind:name, as audit shows it.
-func (p Principal) String() string { return string(p.Kind) + ":" + p.Name }
+// String is kind:name for a local principal and kind:issuer:name for one
+// from an identity provider, as audit, locks and status show it: user:bob
+// and user:corp:bob are two people. Names cannot contain a colon, so the
+// two forms never meet and ParsePrincipal reads either back.
+func (p Principal) String() string { return string(p.Kind) + ":" + p.QualifiedName() }
+
+// QualifiedName is the name with its provenance: name for a local
+// principal, issuer:name for one from an identity provider. It is unique
+// across sources within a kind.
+func (p Principal) QualifiedName() string {
+	if p.Issuer == "" {
+		return p.Name
+	}
+	return p.Issuer + ":" + p.Name
+}
+
+// Same reports whether p and q are the same principal: same kind, same
+// provenance, same name. Traits, client and login play no part.
+func (p Principal) Same(q Principal) bool {
+	return p.Kind == q.Kind && p.Name == q.Name && p.Issuer == q.Issuer
+}
+
+// ProvenanceLocal is how a principal with no issuer is shown: one of
+// Limen's own users or bots.
+const ProvenanceLocal = "local"
+
+// Provenance is where the principal comes from, for display: "local" or
+// the issuer's name.
+func (p Principal) Provenance() string {
+	if p.Issuer == "" {
+		return ProvenanceLocal
+	}
+	return p.Issuer
+}
+
+// ParsePrincipal reads what String writes, plus a bare NAME (a local
+// user): "user:bob", "bot:ci", "user:corp:bob". Only kind, issuer and name
+// are set.
+func ParsePrincipal(s string) (Principal, error) {
+	p := Principal{Kind: KindUser, Name: s}
+	if k, rest, ok := strings.Cut(s, ":"); ok {
+		p = Principal{Kind: Kind(k), Name: rest}
+		if iss, name, ok := strings.Cut(rest, ":"); ok {
+			if iss == "" {
+				return Principal{}, fmt.Errorf("%q: an empty issuer is not a local principal: write user:NAME", printableOrQuoted(s))
+			}
+			p.Issuer, p.Name = iss, name
+		}
+	}
+	if err := p.Validate(); err != nil {
+		return Principal{}, fmt.Errorf("%q: want NAME, user:NAME, bot:NAME or user:ISSUER:NAME: %w", printableOrQuoted(s), err)
+	}
+	return p, nil
+}
+
+// MaxIssuerLen bounds an issuer name: a DNS label.
+const MaxIssuerLen = 63
+
+// ValidIssuer checks the name an identity provider is known by: 1–63
+// lower-case letters, digits and inner hyphens, and none of the words that
+// would make a qualified name read as something else ("local", "bot",
+// "user", or a "system" prefix, which Kubernetes reserves).
+func ValidIssuer(s string) error {
+	if ValidClient(s) != nil { // the same shape as a client name
+		return fmt.Errorf("issuer name %q: want 1–%d lower-case letters, digits and inner hyphens", printableOrQuoted(s), MaxIssuerLen)
+	}
+	switch {
+	case s == ProvenanceLocal || s == string(KindBot) || s == string(KindUser):
+		return fmt.Errorf("issuer name %q is reserved: choose another (for example the provider's company or product name)", s)
+	case strings.HasPrefix(s, "system"):
+		return fmt.Errorf("issuer name %q: names starting with \"system\" are reserved for Kubernetes", s)
+	}
+	return nil
+}
 
 // ValidName checks a user, bot or trait name: 1–253 printable characters, no
 // white space, no colon (it separates kind from name), and no "system:" prefix.

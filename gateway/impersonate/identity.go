@@ -129,17 +129,21 @@ func ValidateUserPrefix(p string) error {
 }
 
 // User is the Kubernetes user name p is impersonated as: the prefix, then
-// the name for a user, or "bot:" and the name for a bot. A principal whose
-// kind or name is not well formed (identity.ValidName: no colon, no
-// "system" prefix, printable, bounded) is refused, so that the mapping
-// stays one to one and never reaches a reserved name.
+// the name for a local user, issuer:name for an identity provider's user
+// (identity.Principal.QualifiedName), or "bot:" and the name for a bot. A
+// principal whose kind, name or issuer is not well formed
+// (identity.ValidName: no colon, no "system" prefix, printable, bounded;
+// identity.ValidIssuer: a DNS label that is not "bot") is refused, so that
+// the mapping stays one to one and never reaches a reserved name: a local
+// name has no colon, a bot's starts "bot:", a provider's user's starts
+// with its issuer and a colon, and the local bob is never the provider's.
 func (c Config) User(p identity.Principal) (string, error) {
-	if err := identity.ValidName(p.Name); err != nil {
-		return "", fmt.Errorf("impersonate %s: name %w", p.Kind, err)
+	if err := p.Validate(); err != nil {
+		return "", fmt.Errorf("impersonate: %w", err)
 	}
 	switch p.Kind {
 	case identity.KindUser:
-		return c.UserPrefix + p.Name, nil
+		return c.UserPrefix + p.QualifiedName(), nil
 	case identity.KindBot:
 		return c.UserPrefix + BotPrefix + p.Name, nil
 	}

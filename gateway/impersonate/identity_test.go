@@ -15,6 +15,9 @@ import (
 func TestUserMapping(t *testing.T) {
 	user := func(n string) identity.Principal { return identity.Principal{Kind: identity.KindUser, Name: n} }
 	bot := func(n string) identity.Principal { return identity.Principal{Kind: identity.KindBot, Name: n} }
+	idp := func(iss, n string) identity.Principal {
+		return identity.Principal{Kind: identity.KindUser, Name: n, Issuer: iss}
+	}
 	tests := []struct {
 		name   string
 		prefix string
@@ -25,6 +28,11 @@ func TestUserMapping(t *testing.T) {
 		{"bot, no prefix", "", bot("ci"), "bot:ci"},
 		{"user with prefix", "limen:", user("alice"), "limen:alice"},
 		{"bot with prefix", "limen:", bot("ci"), "limen:bot:ci"},
+		{"a provider's bob is not the local bob", "", idp("corp", "bob"), "corp:bob"},
+		{"a provider's bob with prefix", "limen:", idp("corp", "bob"), "limen:corp:bob"},
+		{"a malformed issuer", "", idp("Corp", "bob"), ""},
+		{"the reserved issuer bot", "", idp("bot", "ci"), ""},
+		{"a bot with an issuer", "", identity.Principal{Kind: identity.KindBot, Name: "ci", Issuer: "corp"}, ""},
 		{"user named like a bot's Kubernetes name", "", user("bot:ci"), ""},
 		{"user named like a prefixed name", "limen:", user("limen:alice"), ""},
 		{"bot named like a bot's Kubernetes name", "", bot("bot:ci"), ""},
@@ -73,9 +81,9 @@ func FuzzUserMapping(f *testing.F) {
 	for _, s := range [][4]string{
 		{"", "ci", "bot", "user"}, {"limen:", "bot:ci", "ci", "bot"}, {"x", "a", "xa", "user"}, {"bot", "x", ":x", "user"},
 	} {
-		f.Add(s[0], s[1], s[2], s[3] == "bot", s[3] != "bot")
+		f.Add(s[0], s[1], s[2], s[3] == "bot", s[3] != "bot", "", "corp")
 	}
-	f.Fuzz(func(t *testing.T, prefix, nameA, nameB string, botA, botB bool) {
+	f.Fuzz(func(t *testing.T, prefix, nameA, nameB string, botA, botB bool, issA, issB string) {
 		if ValidateUserPrefix(prefix) != nil {
 			return
 		}
@@ -86,8 +94,8 @@ func FuzzUserMapping(f *testing.F) {
 			}
 			return identity.KindUser
 		}
-		a := identity.Principal{Kind: kind(botA), Name: nameA}
-		b := identity.Principal{Kind: kind(botB), Name: nameB}
+		a := identity.Principal{Kind: kind(botA), Name: nameA, Issuer: issA}
+		b := identity.Principal{Kind: kind(botB), Name: nameB, Issuer: issB}
 		ua, errA := c.User(a)
 		ub, errB := c.User(b)
 		for _, u := range []string{ua, ub} {

@@ -19,19 +19,26 @@ const MaxReasonLen = 1024
 
 // Target names the user or bot a lock applies to. Traits, client and login
 // play no part: a lock covers every credential of the principal.
+//
+// Name is the principal's qualified name (identity.Principal.QualifiedName):
+// "bob" for the local bob, "corp:bob" for identity provider corp's bob. A
+// lock on one is never a lock on the other (DESIGN.md §2: two sources never
+// share a name), and since local names cannot contain a colon, the stores,
+// the wire and the admin paths need no other field to tell them apart.
 type Target struct {
 	Kind identity.Kind `json:"kind"`
 	Name string        `json:"name"`
 }
 
 // TargetOf is the lock target that covers p.
-func TargetOf(p identity.Principal) Target { return Target{Kind: p.Kind, Name: p.Name} }
+func TargetOf(p identity.Principal) Target { return Target{Kind: p.Kind, Name: p.QualifiedName()} }
 
-// ParseTarget reads "NAME", "user:NAME" or "bot:NAME"; a bare name is a user.
+// ParseTarget reads what identity.ParsePrincipal reads: "NAME" (a local
+// user), "user:NAME", "bot:NAME" or "user:ISSUER:NAME".
 func ParseTarget(s string) (Target, error) {
 	t := Target{Kind: identity.KindUser, Name: s}
-	if k, n, ok := strings.Cut(s, ":"); ok {
-		t = Target{Kind: identity.Kind(k), Name: n}
+	if k, rest, ok := strings.Cut(s, ":"); ok {
+		t = Target{Kind: identity.Kind(k), Name: rest}
 	}
 	if err := t.Validate(); err != nil {
 		return Target{}, err
@@ -39,18 +46,25 @@ func ParseTarget(s string) (Target, error) {
 	return t, nil
 }
 
-// Validate checks the kind and the name.
-func (t Target) Validate() error {
+// Principal is the principal t names (kind, issuer and name only).
+func (t Target) Principal() (identity.Principal, error) {
 	if t.Kind != identity.KindUser && t.Kind != identity.KindBot {
-		return fmt.Errorf("lock target kind %q: must be %q or %q", t.Kind, identity.KindUser, identity.KindBot)
+		return identity.Principal{}, fmt.Errorf("lock target kind %q: must be %q or %q", t.Kind, identity.KindUser, identity.KindBot)
 	}
-	if err := identity.ValidName(t.Name); err != nil {
-		return fmt.Errorf("lock target name: %w", err)
+	p, err := identity.ParsePrincipal(string(t.Kind) + ":" + t.Name)
+	if err != nil {
+		return identity.Principal{}, fmt.Errorf("lock target name: %w", err)
 	}
-	return nil
+	return p, nil
 }
 
-// String is "user alice" or "bot ci", as messages show it.
+// Validate checks the kind and the (qualified) name.
+func (t Target) Validate() error {
+	_, err := t.Principal()
+	return err
+}
+
+// String is "user alice", "user corp:alice" or "bot ci", as messages show it.
 func (t Target) String() string { return string(t.Kind) + " " + t.Name }
 
 // Lock refuses every request of its target and ends its open streams until

@@ -63,11 +63,40 @@ func TestParseTarget(t *testing.T) {
 		{"", Target{}, false},
 		{"user:", Target{}, false},
 		{"bot:a:b", Target{}, false},
+		{"user:corp:alice", Target{identity.KindUser, "corp:alice"}, true},
+		{"user:Corp:alice", Target{}, false},
+		{"user::alice", Target{}, false},
 	}
 	for _, tt := range tests {
 		got, err := ParseTarget(tt.in)
 		if (err == nil) != tt.ok || got != tt.want {
 			t.Errorf("ParseTarget(%q) = %v, %v; want %v ok=%v", tt.in, got, err, tt.want, tt.ok)
+		}
+	}
+}
+
+// A lock on the local bob is not a lock on identity provider corp's bob,
+// and the reverse: two sources never share a name.
+func TestLockProvenance(t *testing.T) {
+	local := identity.Principal{Kind: identity.KindUser, Name: "bob"}
+	corp := identity.Principal{Kind: identity.KindUser, Name: "bob", Issuer: "corp"}
+	for _, tc := range []struct{ locked, other identity.Principal }{{local, corp}, {corp, local}} {
+		s := NewSet()
+		l := testLock("x")
+		l.Target = TargetOf(tc.locked)
+		if err := l.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		s.Replace([]Lock{l})
+		if _, ok := s.Locked(tc.locked, t0); !ok {
+			t.Errorf("a lock on %s does not lock it", tc.locked)
+		}
+		if _, ok := s.Locked(tc.other, t0); ok {
+			t.Errorf("a lock on %s locks %s", tc.locked, tc.other)
+		}
+		back, err := ParseTarget(tc.locked.String())
+		if err != nil || back != l.Target {
+			t.Errorf("ParseTarget(%q) = %v, %v; want %v", tc.locked.String(), back, err, l.Target)
 		}
 	}
 }

@@ -17,7 +17,23 @@ type Mapping struct {
 	// Traits maps a trait name to the claim it is read from, for example
 	// {"groups": "groups", "email": "email"}.
 	Traits map[string]string `mapstructure:"traits" json:"traits"`
+	// AllowMutableUsername lets Username be a claim in MutableClaims. Off,
+	// such a mapping is refused (ErrMutableUsername).
+	AllowMutableUsername bool `mapstructure:"allow_mutable_username" json:"allow_mutable_username,omitempty"`
 }
+
+// MutableClaims are the standard claims a person or the provider's admins
+// may change at will (a display name, a nickname, a chosen user name, a
+// Microsoft UPN after a rename). One that names principals lets whoever
+// renames an account to "bob" become the provider's bob, with bob's
+// bindings, sessions and recordings; "email" (with email_verified) and
+// "sub" do not change hands that way.
+var MutableClaims = []string{"preferred_username", "name", "nickname", "given_name", "family_name", "middle_name",
+	"upn", "unique_name"}
+
+// ErrMutableUsername refuses a Username in MutableClaims that the operator
+// did not accept (AllowMutableUsername).
+var ErrMutableUsername = errors.New("the username claim is one people can change")
 
 // DefaultMapping names people by email and carries the groups claim as the
 // groups trait.
@@ -32,6 +48,10 @@ func (m Mapping) Validate(prefix string) error {
 	var errs []error
 	if err := claimName(m.Username); err != nil {
 		errs = append(errs, fmt.Errorf("%s.username: %w", prefix, err))
+	}
+	if slices.Contains(MutableClaims, m.Username) && !m.AllowMutableUsername {
+		errs = append(errs, fmt.Errorf("%s.username %q: %w (a rename would hand one person another's name): name people by \"email\" or \"sub\", or accept it with %s.allow_mutable_username",
+			prefix, m.Username, ErrMutableUsername, prefix))
 	}
 	for _, trait := range sortedKeys(m.Traits) {
 		if err := identity.ValidName(trait); err != nil {

@@ -15,7 +15,13 @@ import (
 
 // ProviderConfig configures sign-in through one OpenID Connect provider.
 type ProviderConfig struct {
-	Issuer       string
+	Issuer string
+	// Name is the provider's name in Limen, the provenance of everyone it
+	// signs in (identity.Principal.Issuer, identity.ValidIssuer): policy
+	// binds its people under data.limen.config.bindings.issuers.NAME, and
+	// they are NAME:person to audit, locks and Kubernetes. Empty is
+	// DefaultIssuerName.
+	Name         string
 	ClientID     string
 	ClientSecret string
 	// Scopes beyond "openid"; nil asks for "profile", "email" and "groups".
@@ -24,6 +30,9 @@ type ProviderConfig struct {
 	// HTTPClient reaches the provider; nil is http.DefaultClient.
 	HTTPClient *http.Client
 }
+
+// DefaultIssuerName is the name of a provider configured without one.
+const DefaultIssuerName = "oidc"
 
 // Provider signs people in through one OpenID Connect provider. The proxy
 // holds the client secret, so the code exchange and the device polling
@@ -34,6 +43,7 @@ type Provider struct {
 	mapping  Mapping
 	hc       *http.Client
 	issuer   string
+	name     string
 }
 
 // NewProvider discovers cfg.Issuer and checks the mapping.
@@ -43,6 +53,13 @@ func NewProvider(ctx context.Context, cfg ProviderConfig) (*Provider, error) {
 	}
 	if err := cfg.Mapping.Validate("oidc.claims"); err != nil {
 		return nil, err
+	}
+	name := cfg.Name
+	if name == "" {
+		name = DefaultIssuerName
+	}
+	if err := identity.ValidIssuer(name); err != nil {
+		return nil, fmt.Errorf("oidc: %w", err)
 	}
 	hc := cfg.HTTPClient
 	if hc == nil {
@@ -59,12 +76,15 @@ func NewProvider(ctx context.Context, cfg ProviderConfig) (*Provider, error) {
 	return &Provider{
 		oauth: oauth2.Config{ClientID: cfg.ClientID, ClientSecret: cfg.ClientSecret, Endpoint: dp.Endpoint(),
 			Scopes: append([]string{oidc.ScopeOpenID}, scopes...)},
-		verifier: v, mapping: cfg.Mapping, hc: hc, issuer: cfg.Issuer,
+		verifier: v, mapping: cfg.Mapping, hc: hc, issuer: cfg.Issuer, name: name,
 	}, nil
 }
 
 // Issuer is the provider's issuer URL.
 func (p *Provider) Issuer() string { return p.issuer }
+
+// Name is the provider's name in Limen: the Issuer of its principals.
+func (p *Provider) Name() string { return p.name }
 
 func (p *Provider) ctx(ctx context.Context) context.Context {
 	return context.WithValue(ctx, oauth2.HTTPClient, p.hc)
@@ -120,7 +140,14 @@ func (p *Provider) principal(ctx context.Context, tok *oauth2.Token, nonce strin
 	if err != nil {
 		return identity.Principal{}, err
 	}
-	return p.mapping.Principal(identity.KindUser, t.Claims)
+	pr, err := p.mapping.Principal(identity.KindUser, t.Claims)
+	if err != nil {
+		return identity.Principal{}, err
+	}
+	// The provider's people are its own: never Limen's local users of the
+	// same name (DESIGN.md §2).
+	pr.Issuer = p.name
+	return pr, nil
 }
 
 // DeviceAuth starts a device authorization grant.

@@ -2,12 +2,14 @@ package oidc_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	"golang.org/x/oauth2"
 
+	"github.com/limenhq/limen/gateway/identity"
 	"github.com/limenhq/limen/gateway/oidc"
 	"github.com/limenhq/limen/test/idp"
 )
@@ -55,7 +57,7 @@ func TestCodeFlow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if who.String() != "user:alice@example.com" || strings.Join(who.Traits["groups"], ",") != "dev,ops" {
+	if who.String() != "user:oidc:alice@example.com" || strings.Join(who.Traits["groups"], ",") != "dev,ops" {
 		t.Fatalf("principal %+v", who)
 	}
 }
@@ -148,5 +150,43 @@ func TestWorkloadToken(t *testing.T) {
 	}
 	if _, err := oidc.Discover(context.Background(), p.URL, "other", nil); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestPreferredUsernameIsNotLocal signs in through the real test IdP as a
+// person whose preferred_username is bob, with a provider the operator
+// allowed to name people by that claim: the principal is the provider's
+// bob (user:corp:bob), never the local user bob.
+func TestPreferredUsernameIsNotLocal(t *testing.T) {
+	p, err := idp.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	p.AddClient(idp.Client{ID: "limen", Secret: "s3cret", Redirects: []string{"http://127.0.0.1:*/callback"}})
+	p.AddUser(idp.User{Email: "mallory@example.com", PreferredUsername: "bob", Password: "pw"})
+	cfg := oidc.ProviderConfig{Issuer: p.URL, ClientID: "limen", ClientSecret: "s3cret", Name: "corp",
+		Mapping: oidc.Mapping{Username: "preferred_username"}}
+	if _, err := oidc.NewProvider(context.Background(), cfg); !errors.Is(err, oidc.ErrMutableUsername) {
+		t.Fatalf("NewProvider with username preferred_username, not allowed: %v, want ErrMutableUsername", err)
+	}
+	cfg.Mapping.AllowMutableUsername = true
+	prov, err := oidc.NewProvider(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := prov.Flow(redirect)
+	verifier := oauth2.GenerateVerifier()
+	code, err := codeFor(t, p, f, verifier, "mallory@example.com")
+	if err != nil {
+		t.Fatal(err)
+	}
+	who, err := f.Exchange(context.Background(), code, verifier, "n0nce")
+	if err != nil {
+		t.Fatal(err)
+	}
+	local := identity.Principal{Kind: identity.KindUser, Name: "bob"}
+	if who.Name != "bob" || who.Issuer != "corp" || who.Same(local) || who.String() != "user:corp:bob" {
+		t.Fatalf("principal %+v (%s): want the provider's bob, user:corp:bob", who, who)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -358,4 +359,24 @@ func FuzzPrincipal(f *testing.F) {
 			t.Fatalf("accepted %q without email_verified true", payload)
 		}
 	})
+}
+
+// A claim people or the provider's admins may change (a rename, a new
+// nickname) cannot name a principal unless the operator says so: one
+// person could otherwise take another's name.
+func TestMappingRefusesMutableUsername(t *testing.T) {
+	for _, claim := range []string{"preferred_username", "name", "nickname", "given_name", "upn"} {
+		err := Mapping{Username: claim}.Validate("oidc.claims")
+		if !errors.Is(err, ErrMutableUsername) || !strings.Contains(err.Error(), "oidc.claims.username") {
+			t.Errorf("Validate(username %s) = %v, want ErrMutableUsername naming oidc.claims.username", claim, err)
+		}
+		if err := (Mapping{Username: claim, AllowMutableUsername: true}).Validate("oidc.claims"); err != nil {
+			t.Errorf("Validate(username %s, allowed) = %v", claim, err)
+		}
+	}
+	for _, claim := range []string{"email", "sub", "employee_id"} {
+		if err := (Mapping{Username: claim}).Validate("oidc.claims"); err != nil {
+			t.Errorf("Validate(username %s) = %v", claim, err)
+		}
+	}
 }

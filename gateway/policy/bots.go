@@ -7,13 +7,15 @@ import (
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/rego"
 
+	"github.com/limenhq/limen/gateway/bots"
 	"github.com/limenhq/limen/gateway/identity"
 )
 
 // BotOIDCAllow reports whether a CI workload's verified ID token, from
-// issuer with claims, may log in as bot (data.limen.bots.oidc_login). A
-// bundle without that rule lets no token in.
-func (e *Engine) BotOIDCAllow(ctx context.Context, bot identity.Principal, issuer string, claims map[string]any) (bool, error) {
+// issuer (a CI system of kind) with claims, may log in as bot
+// (data.limen.bots.oidc_login). A bundle without that rule lets no token
+// in.
+func (e *Engine) BotOIDCAllow(ctx context.Context, bot identity.Principal, issuer string, kind bots.CIKind, claims map[string]any) (bool, error) {
 	s, err := e.snapshot()
 	if err != nil {
 		return false, err
@@ -31,6 +33,7 @@ func (e *Engine) BotOIDCAllow(ctx context.Context, bot identity.Principal, issue
 	input := ast.NewObject(
 		ast.Item(ast.InternedTerm("bot"), principalTerm(bot)),
 		ast.Item(ast.InternedTerm("issuer"), ast.StringTerm(issuer)),
+		ast.Item(ast.InternedTerm("issuer_kind"), ast.StringTerm(string(kind))),
 		ast.Item(ast.InternedTerm("claims"), ast.NewTerm(c)),
 	)
 	rs, err := s.botOIDC.Eval(ctx, rego.EvalParsedInput(input))

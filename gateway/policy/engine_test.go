@@ -28,6 +28,13 @@ func TestEmbeddedExample(t *testing.T) {
 		{"ci-deployer bot on demo", ci, demo, []string{"limen:edit"}},
 		{"ci-deployer bot on prod", ci, prod, nil},
 		{"user named like the bot", identity.Principal{ClientID: "kubectl", Kind: identity.KindUser, Name: "ci-deployer"}, demo, nil},
+		// Provenance: the provider's bob is not the local bob, and the
+		// provider's people bind through bindings.issuers.oidc only.
+		{"the provider's bob", identity.Principal{ClientID: "kubectl", Kind: identity.KindUser, Name: "bob", Issuer: "oidc"}, demo, nil},
+		{"the provider's alice", identity.Principal{ClientID: "kubectl", Kind: identity.KindUser, Name: "alice", Issuer: "oidc",
+			Traits: map[string][]string{"groups": {"dev"}}}, demo, []string{"limen:edit", "limen:view"}},
+		{"another provider's alice", identity.Principal{ClientID: "kubectl", Kind: identity.KindUser, Name: "alice", Issuer: "other",
+			Traits: map[string][]string{"groups": {"dev"}}}, demo, nil},
 		{"stranger", identity.Principal{ClientID: "kubectl", Kind: identity.KindUser, Name: "mallory", Traits: map[string][]string{"groups": {"Dev", "admins "}}}, demo, nil},
 	}
 	for _, tt := range tests {
@@ -155,6 +162,9 @@ func TestCacheKeyUnambiguous(t *testing.T) {
 			{identity.Principal{ClientID: "kubectl", Kind: "user", Name: "a", Traits: map[string][]string{"g": {"x"}, "y": nil}}, Cluster{Name: "c"}}},
 		{{identity.Principal{ClientID: "kubectl", Kind: "user", Name: "a"}, Cluster{Name: "c", Labels: map[string]string{"k": "v"}}},
 			{identity.Principal{ClientID: "kubectl", Kind: "user", Name: "a", Traits: map[string][]string{"k": {"v"}}}, Cluster{Name: "c"}}},
+		// The provider's bob is not the local bob.
+		{{identity.Principal{ClientID: "kubectl", Kind: "user", Name: "bob"}, Cluster{Name: "c"}},
+			{identity.Principal{ClientID: "kubectl", Kind: "user", Name: "bob", Issuer: "oidc"}, Cluster{Name: "c"}}},
 	}
 	for i, pr := range pairs {
 		if cacheKey(pr[0].p, pr[0].c) == cacheKey(pr[1].p, pr[1].c) {

@@ -41,7 +41,9 @@ func printable(s string) bool {
 	return true
 }
 
-// principalTerm is the policy view of p: {kind, name, traits}. Building AST
+// principalTerm is the policy view of p: {kind, name, issuer, traits}, issuer
+// "" for a local principal. It is always present, so that a rule can tell
+// the provider's bob from the local bob (policies/roles.rego). Building AST
 // values directly avoids OPA's reflection-based input conversion.
 func principalTerm(p identity.Principal) *ast.Term {
 	traits := ast.NewObject()
@@ -55,6 +57,7 @@ func principalTerm(p identity.Principal) *ast.Term {
 	return ast.ObjectTerm(
 		ast.Item(ast.InternedTerm("kind"), ast.StringTerm(string(p.Kind))),
 		ast.Item(ast.InternedTerm("name"), ast.StringTerm(p.Name)),
+		ast.Item(ast.InternedTerm("issuer"), ast.StringTerm(p.Issuer)),
 		ast.Item(ast.InternedTerm("traits"), ast.NewTerm(traits)),
 	)
 }
@@ -110,6 +113,9 @@ func adminInput(p identity.Principal, action string) ast.Value {
 func appendCacheKey(b []byte, p identity.Principal, c Cluster) []byte {
 	b = appendString(b, string(p.Kind))
 	b = appendString(b, p.Name)
+	// Provenance: the provider's bob is never answered from the local
+	// bob's cached decision.
+	b = appendString(b, p.Issuer)
 	// The client decides the groups as much as the name: an application
 	// must never be answered from kubectl's cached decision.
 	b = appendString(b, p.ClientID)

@@ -76,7 +76,8 @@ func dig(v any, path ...string) any {
 	return v
 }
 
-// probePrincipals: one principal per trait binding, then named users and bots.
+// probePrincipals: one principal per trait binding, then named users and
+// bots, local first and then each identity provider's (bindings.issuers).
 func probePrincipals(config map[string]any) []identity.Principal {
 	var out []identity.Principal
 	add := func(p identity.Principal) bool {
@@ -86,29 +87,50 @@ func probePrincipals(config map[string]any) []identity.Principal {
 	if !add(identity.Principal{Kind: identity.KindUser, Name: "limen-probe"}) {
 		return out
 	}
-	traits, _ := dig(config, "bindings", "traits").(map[string]any)
-	for _, trait := range slices.Sorted(maps.Keys(traits)) {
-		values, _ := traits[trait].(map[string]any)
-		for _, v := range slices.Sorted(maps.Keys(values)) {
-			p := identity.Principal{Kind: identity.KindUser, Name: "limen-probe", Traits: map[string][]string{trait: {v}}}
-			if !add(p) {
-				return out
-			}
-		}
+	bindings, _ := dig(config, "bindings").(map[string]any)
+	if !probeSource(bindings, "", add) {
+		return out
 	}
-	for _, b := range []struct {
-		kind identity.Kind
-		key  string
-	}{{identity.KindUser, "users"}, {identity.KindBot, "bots"}} {
-		kind := b.kind
-		names, _ := dig(config, "bindings", b.key).(map[string]any)
-		for _, name := range slices.Sorted(maps.Keys(names)) {
-			if !add(identity.Principal{Kind: kind, Name: name}) {
-				return out
-			}
+	issuers, _ := dig(bindings, "issuers").(map[string]any)
+	for _, iss := range slices.Sorted(maps.Keys(issuers)) {
+		if identity.ValidIssuer(iss) != nil {
+			continue // validation refuses the bundle already
+		}
+		entry, _ := issuers[iss].(map[string]any)
+		if !probeSource(entry, iss, add) {
+			return out
 		}
 	}
 	return out
+}
+
+// probeSource adds one principal of issuer per trait binding and per named
+// user (and, for local bindings, per named bot) of bindings; false when
+// add had enough.
+func probeSource(bindings map[string]any, issuer string, add func(identity.Principal) bool) bool {
+	traits, _ := dig(bindings, "traits").(map[string]any)
+	for _, trait := range slices.Sorted(maps.Keys(traits)) {
+		values, _ := traits[trait].(map[string]any)
+		for _, v := range slices.Sorted(maps.Keys(values)) {
+			p := identity.Principal{Kind: identity.KindUser, Name: "limen-probe", Issuer: issuer, Traits: map[string][]string{trait: {v}}}
+			if !add(p) {
+				return false
+			}
+		}
+	}
+	kinds := []identity.Kind{identity.KindUser, identity.KindBot}
+	if issuer != "" {
+		kinds = kinds[:1] // bots are local
+	}
+	for _, kind := range kinds {
+		names, _ := dig(bindings, string(kind)+"s").(map[string]any)
+		for _, name := range slices.Sorted(maps.Keys(names)) {
+			if !add(identity.Principal{Kind: kind, Name: name, Issuer: issuer}) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // probeClusters: one cluster per distinct role selector, plus one that no

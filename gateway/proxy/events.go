@@ -155,10 +155,9 @@ func (k *Kube) sessionOwner(ctx context.Context, cluster string, ev audit.Event)
 }
 
 // samePrincipal reports whether an event's principal is the proxy's: same
-// kind and name. The traits stored are always the proxy's.
-func samePrincipal(claimed, own identity.Principal) bool {
-	return claimed.Kind == own.Kind && claimed.Name == own.Name
-}
+// kind, provenance and name (identity.Principal.Same). The traits stored
+// are always the proxy's.
+func samePrincipal(claimed, own identity.Principal) bool { return claimed.Same(own) }
 
 func isZero(p identity.Principal) bool { return p.Kind == "" && p.Name == "" }
 

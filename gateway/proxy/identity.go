@@ -13,9 +13,10 @@ import (
 
 // CIIssuer is a CI system whose workload ID tokens may log bots in: tokens
 // from Issuer whose client (azp, or only audience) is Audience. Policy
-// knows it by Name.
+// knows it by Name, and by Kind which claims pin its tokens to an owner.
 type CIIssuer struct {
 	Name     string
+	Kind     bots.CIKind
 	Issuer   string
 	Audience string
 }
@@ -43,7 +44,10 @@ func (s *Server) openIdentity(ctx context.Context, c Config) error {
 		if err != nil {
 			return fmt.Errorf("ci-issuer %s: %w", ci.Issuer, err)
 		}
-		s.ci = append(s.ci, authapi.CIIssuer{Name: ci.Name, Verifier: v})
+		if _, err := bots.ParseCIKind(string(ci.Kind)); err != nil {
+			return fmt.Errorf("ci-issuer-kind %s: %w", ci.Name, err)
+		}
+		s.ci = append(s.ci, authapi.CIIssuer{Name: ci.Name, Kind: ci.Kind, Verifier: v})
 	}
 	return nil
 }

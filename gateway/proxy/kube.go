@@ -204,7 +204,7 @@ func (k *Kube) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// anyone who asks.
 		deny(http.StatusForbidden, p, "policy grants no group on "+cluster,
 			fmt.Sprintf("Limen policy grants %s no group on cluster %q: the cluster is unknown or you have no access to it "+
-				"(limen kube ls lists the clusters you may reach)", p.Name, cluster))
+				"(limen kube ls lists the clusters you may reach)", p.QualifiedName(), cluster))
 		return
 	}
 	info := k.classify(r, path)

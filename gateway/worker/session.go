@@ -120,7 +120,7 @@ func (x *exchange) openSession(ctx context.Context) (*session, *refusal) {
 		s.file = f
 		s.tap.rec = recording.NewCappedWriter(f, recording.Meta{
 			Cluster: h.Cluster.Name, Namespace: info.Namespace, Pod: info.Name, Container: s.body.Container,
-			User: g.Principal.Name, Session: sid, Command: strings.Join(s.body.Command, " "),
+			User: g.Principal.QualifiedName(), Session: sid, Command: strings.Join(s.body.Command, " "),
 			Start: s.start,
 		}, cmp.Or(h.RecordingMaxBytes, recording.DefaultMaxBytes))
 	}

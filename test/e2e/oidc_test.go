@@ -34,7 +34,7 @@ const (
 	chromium  = "/usr/bin/chromium"
 )
 
-func startOIDCEnv(t *testing.T) *oidcEnv {
+func startOIDCEnv(t *testing.T, proxyArgs ...string) *oidcEnv {
 	t.Helper()
 	p, err := idp.Start()
 	if err != nil {
@@ -46,9 +46,11 @@ func startOIDCEnv(t *testing.T) *oidcEnv {
 		t.Fatal(err)
 	}
 	p.AddClient(idp.Client{ID: idpClient, Secret: "e2e-client-secret", Redirects: []string{"http://127.0.0.1:*/callback"}})
-	e := extraGateway(t, "OIDC sign-in", gatewaytest.Options{ProxyArgs: []string{
+	// The test IdP mints CI tokens with GitHub's claims.
+	e := extraGateway(t, "OIDC sign-in", gatewaytest.Options{ProxyArgs: append([]string{
 		"--oidc-issuer", p.URL, "--oidc-client-id", idpClient, "--oidc-client-secret-file", secret,
-		"--oidc-trait", "groups=groups", "--ci-issuer", "ci=" + p.URL, "--ci-audience", idpClient}})
+		"--oidc-trait", "groups=groups", "--ci-issuer", "ci=" + p.URL, "--ci-issuer-kind", "ci=github", "--ci-audience", idpClient},
+		proxyArgs...)})
 	return &oidcEnv{Env: e, idp: p}
 }
 
@@ -236,13 +238,13 @@ func TestOIDCSignInAndBots(t *testing.T) {
 			t.Fatalf("loopback page says %q", got)
 		}
 		out, err := lp.wait(t)
-		if err != nil || !strings.Contains(out, "as user:carol@example.com") {
+		if err != nil || !strings.Contains(out, "as user:oidc:carol@example.com") {
 			t.Fatalf("limen login --oidc: %v: %q", err, out)
 		}
 		kc := e.kubeLogin(t, home)
 		u := whoami(t, kc)
-		if u.Username != "carol@example.com" || !slices.Contains(u.Groups, "limen:edit") {
-			t.Fatalf("whoami %+v: want carol@example.com with limen:edit (IdP group dev)", u)
+		if u.Username != "oidc:carol@example.com" || !slices.Contains(u.Groups, "limen:edit") {
+			t.Fatalf("whoami %+v: want the provider's carol, oidc:carol@example.com, with limen:edit (IdP group dev)", u)
 		}
 		canEdit(t, kc, ns, "by-carol")
 	})
@@ -256,7 +258,7 @@ func TestOIDCSignInAndBots(t *testing.T) {
 			t.Fatal(err)
 		}
 		kc := e.kubeLogin(t, home)
-		if _, stderr, code := kubectl(t, kc, "", "-n", ns, "create", "configmap", "by-erin"); code == 0 || !strings.Contains(stderr, "grants erin@example.com no group") {
+		if _, stderr, code := kubectl(t, kc, "", "-n", ns, "create", "configmap", "by-erin"); code == 0 || !strings.Contains(stderr, "grants oidc:erin@example.com no group") {
 			t.Fatalf("erin (IdP group sales only) created a configmap: exit %d: %s", code, stderr)
 		}
 	})
@@ -268,11 +270,11 @@ func TestOIDCSignInAndBots(t *testing.T) {
 		complete := lp.line(t, "or open ")
 		signInWithBrowser(t, tab(t, chrome), complete, "dave@example.com", "dave-password", "done")
 		out, err := lp.wait(t)
-		if err != nil || !strings.Contains(out, "as user:dave@example.com") {
+		if err != nil || !strings.Contains(out, "as user:oidc:dave@example.com") {
 			t.Fatalf("limen login --oidc --device: %v: %q", err, out)
 		}
 		kc := e.kubeLogin(t, home)
-		if u := whoami(t, kc); u.Username != "dave@example.com" || !slices.Contains(u.Groups, "limen:edit") {
+		if u := whoami(t, kc); u.Username != "oidc:dave@example.com" || !slices.Contains(u.Groups, "limen:edit") {
 			t.Fatalf("whoami %+v", u)
 		}
 		canEdit(t, kc, ns, "by-dave")
@@ -362,7 +364,7 @@ func TestOIDCSignInAndBots(t *testing.T) {
 
 	t.Run("bot by CI ID token", func(t *testing.T) {
 		mint := func(ref string, extra ...any) string {
-			claims := map[string]any{"repository": "limenhq/demo", "ref": ref}
+			claims := map[string]any{"repository_owner_id": "1000001", "repository": "limenhq/demo", "ref": ref}
 			for i := 0; i+1 < len(extra); i += 2 {
 				claims[extra[i].(string)] = extra[i+1]
 			}
@@ -389,6 +391,21 @@ func TestOIDCSignInAndBots(t *testing.T) {
 		if _, err := e.limenAs(t, filepath.Join(e.Dir, "home-ci-branch"), append(loginArgs, "--bot", "ci-deployer",
 			"--id-token-file", mint("refs/heads/feature"))...); err == nil || !strings.Contains(err.Error(), "policy does not let") {
 			t.Fatalf("a feature-branch token logged in as ci-deployer: %v", err)
+		}
+		// Another owner's repository of the same name does not either: the
+		// entry pins repository_owner_id.
+		if _, err := e.limenAs(t, filepath.Join(e.Dir, "home-ci-owner"), append(loginArgs, "--bot", "ci-deployer",
+			"--id-token-file", mint("refs/heads/main", "repository_owner_id", "666"))...); err == nil || !strings.Contains(err.Error(), "policy does not let") {
+			t.Fatalf("another owner's token logged in as ci-deployer: %v", err)
+		}
+		// A token logs in once: a copy of the one that did is refused.
+		replayed := mint("refs/heads/main")
+		if _, err := e.limenAs(t, filepath.Join(e.Dir, "home-ci-once-a"), append(loginArgs, "--bot", "ci-deployer", "--id-token-file", replayed)...); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.limenAs(t, filepath.Join(e.Dir, "home-ci-once-b"), append(loginArgs, "--bot", "ci-deployer",
+			"--id-token-file", replayed)...); err == nil || !strings.Contains(err.Error(), "used before") {
+			t.Fatalf("a CI token logged in twice: %v", err)
 		}
 		// The client rules apply to CI tokens too: two audiences without azp.
 		if _, err := e.limenAs(t, filepath.Join(e.Dir, "home-ci-aud"), append(loginArgs, "--bot", "ci-deployer",

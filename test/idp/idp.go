@@ -30,6 +30,9 @@ type User struct {
 	Email    string
 	Password string
 	Groups   []string
+	// PreferredUsername is the preferred_username claim (the profile
+	// scope); empty is Email.
+	PreferredUsername string
 	// EmailUnverified makes the ID token say email_verified: false.
 	EmailUnverified bool
 }
@@ -122,14 +125,19 @@ func (p *IdP) RemoveUser(email string) {
 // WorkloadToken mints an ID token for a CI job, as a CI system's workload
 // identity does: issuer p.URL, audience aud, the given claims (for example
 // repository and ref; they override the standard claims), signed with the
-// key the JWKS publishes.
+// key the JWKS publishes. Each token has a fresh jti, as a CI system's do
+// (claims may set it, or set it to nil to leave it out).
 func (p *IdP) WorkloadToken(aud, subject string, claims map[string]any, ttl time.Duration) (string, error) {
 	now := time.Now()
-	c := map[string]any{"iss": p.URL, "sub": subject, "aud": aud, "iat": now.Unix(), "nbf": now.Unix(), "exp": now.Add(ttl).Unix()}
+	c := map[string]any{"iss": p.URL, "sub": subject, "aud": aud, "iat": now.Unix(), "nbf": now.Unix(), "exp": now.Add(ttl).Unix(),
+		"jti": randomID()}
 	// claims may override the standard ones, so that tests can mint tokens
 	// a CI system should never issue (several audiences, another issuer).
 	for k, v := range claims {
 		c[k] = v
+		if v == nil {
+			delete(c, k)
+		}
 	}
 	payload, err := json.Marshal(c)
 	if err != nil {

@@ -251,6 +251,9 @@ func (s *storage) userinfo(info *oidc.UserInfo, subject string, scopes []string)
 	}
 	if slices.Contains(scopes, oidc.ScopeProfile) {
 		info.PreferredUsername = u.Email
+		if u.PreferredUsername != "" {
+			info.PreferredUsername = u.PreferredUsername
+		}
 	}
 	if slices.Contains(scopes, "groups") {
 		info.AppendClaims("groups", slices.Clone(u.Groups))
