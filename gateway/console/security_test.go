@@ -2,13 +2,21 @@ package console_test
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"net/url"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/gorilla/websocket"
+
 	"github.com/limenhq/limen/gateway/access"
+	"github.com/limenhq/limen/gateway/console"
 	"github.com/limenhq/limen/gateway/identity"
+	"github.com/limenhq/limen/gateway/locks"
+	"github.com/limenhq/limen/gateway/sessions"
 )
 
 // The "what may I do" page asks about a cluster by name only: a value that
@@ -36,5 +44,119 @@ func TestAccessPageRefusesABadCluster(t *testing.T) {
 	}
 	if st, _, _ := page(t, c, e, "/console/access?cluster=demo"); st != http.StatusOK || asked != 1 {
 		t.Errorf("cluster demo: %d, asked %d times; want 200, asked once", st, asked)
+	}
+}
+
+// liveEnv is a console whose live view streams a stand-in recording (the
+// worker's stream, named as such: the e2e watches a real one) of the live
+// exec session "live-1", on a clock the test moves.
+type liveEnv struct {
+	*env
+	clock atomic.Int64
+	feeds chan *io.PipeWriter
+}
+
+func newLiveEnv(t *testing.T) *liveEnv {
+	t.Helper()
+	le := &liveEnv{feeds: make(chan *io.PipeWriter, 1)}
+	le.clock.Store(time.Now().UnixNano())
+	le.env = newEnvWith(t, nil, func(c *console.Config) {
+		c.Now = le.now
+		c.Observe = func(context.Context, sessions.Info) (io.ReadCloser, error) {
+			pr, pw := io.Pipe()
+			t.Cleanup(func() { pw.Close() })
+			le.feeds <- pw
+			return pr, nil
+		}
+	})
+	live, err := le.regist.Register(context.Background(), sessions.Session{ID: "live-1", Cluster: "demo", Kind: sessions.KindExec,
+		Target: "default/web/app", Principal: identity.Principal{Kind: identity.KindUser, Name: "bob", ClientID: identity.ClientKubectl}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { live.End(sessions.ReasonCompleted) })
+	return le
+}
+
+func (le *liveEnv) now() time.Time { return time.Unix(0, le.clock.Load()) }
+
+// watch opens the live view of live-1 in c's sign-in and starts the
+// session's output: a header, then a line every 50 ms until the console
+// closes the stream.
+func (le *liveEnv) watch(t *testing.T, c *http.Client) *websocket.Conn {
+	t.Helper()
+	d := websocket.Dialer{TLSClientConfig: le.srv.Client().Transport.(*http.Transport).TLSClientConfig, Jar: c.Jar}
+	ws, resp, err := d.Dial("wss://"+strings.TrimPrefix(le.srv.URL, "https://")+"/console/sessions/live-1/live.ws", nil)
+	if err != nil {
+		t.Fatalf("open the live view: %v (%v)", err, resp)
+	}
+	t.Cleanup(func() { ws.Close() })
+	pw := <-le.feeds
+	go func() {
+		if _, err := io.WriteString(pw, `{"version":3,"term":{"cols":80,"rows":24}}`+"\n"); err != nil {
+			return
+		}
+		for {
+			if _, err := io.WriteString(pw, `[0.05,"o","tick\r\n"]`+"\n"); err != nil {
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
+	for seen := false; !seen; {
+		var m map[string]string
+		_ = ws.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if err := ws.ReadJSON(&m); err != nil {
+			t.Fatalf("the live view sent no output: %v", err)
+		}
+		seen = m["o"] != ""
+	}
+	return ws
+}
+
+// A live view ends within a second once its watcher is locked, signs out,
+// or their sign-in expires (issue #30, item 5): the socket gets an end
+// message saying why, then closes.
+func TestLiveViewEndsWhenTheWatcherLosesTheSignIn(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		end  func(t *testing.T, le *liveEnv, c *http.Client)
+	}{
+		{"locked", func(t *testing.T, le *liveEnv, c *http.Client) {
+			le.locks.Apply(locks.Change{Op: locks.OpSet, Lock: locks.Lock{Target: locks.Target{Kind: identity.KindUser, Name: "dana"},
+				Reason: "incident", CreatedBy: "user:root", CreatedAt: le.now()}})
+		}},
+		{"signed out", func(t *testing.T, le *liveEnv, c *http.Client) {
+			_, _, tok := page(t, c, le.env, "/console/sessions")
+			if resp := post(t, c, le.env, "/console/signout", url.Values{"csrf": {tok}}); resp.StatusCode != http.StatusSeeOther {
+				t.Fatalf("sign out: %d", resp.StatusCode)
+			}
+		}},
+		{"sign-in expired", func(t *testing.T, le *liveEnv, c *http.Client) {
+			le.clock.Add(int64(console.DefaultSessionTTL + time.Second))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			le := newLiveEnv(t)
+			c := le.client(t)
+			signIn(t, c, le.env, "dana", "dana-password-1")
+			ws := le.watch(t, c)
+			tc.end(t, le, c)
+			start := time.Now()
+			_ = ws.SetReadDeadline(start.Add(time.Second))
+			for {
+				var m map[string]string
+				if err := ws.ReadJSON(&m); err != nil {
+					t.Fatalf("the live view went on for %s after the watcher was %s, with no end message (%v)", time.Since(start).Round(time.Millisecond), tc.name, err)
+				}
+				if m["end"] != "" {
+					t.Logf("ended after %s: %q", time.Since(start).Round(time.Millisecond), m["end"])
+					break
+				}
+			}
+			if _, _, err := ws.ReadMessage(); !websocket.IsCloseError(err, websocket.CloseNormalClosure, websocket.ClosePolicyViolation) {
+				t.Fatalf("after the end message: %v, want the socket closed", err)
+			}
+		})
 	}
 }
