@@ -37,6 +37,8 @@ type env struct {
 	admin  *adminapi.Handler
 	clock  time.Time
 	regist *sessions.Registry
+	// dir is the data directory (recstore.Path(dir) holds the recordings).
+	dir string
 }
 
 func newEnv(t *testing.T) *env { return newEnvWith(t, nil) }
@@ -45,7 +47,7 @@ func newEnvWith(t *testing.T, access console.AccessFunc, opts ...func(*console.C
 	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
-	e := &env{clock: time.Now()}
+	e := &env{clock: time.Now(), dir: dir}
 	var err error
 	if e.users, err = users.Open(users.Path(dir), users.Options{Cost: bcrypt.MinCost}); err != nil {
 		t.Fatal(err)
@@ -102,10 +104,10 @@ func newEnvWith(t *testing.T, access console.AccessFunc, opts ...func(*console.C
 // redirects, so that each answer can be checked.
 func (e *env) client(t *testing.T) *http.Client {
 	jar, _ := cookiejar.New(nil)
-	c := e.srv.Client()
+	c := *e.srv.Client() // a copy: Client returns one shared value
 	c.Jar = jar
 	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-	return c
+	return &c
 }
 
 var csrfRE = regexp.MustCompile(`name="csrf" value="([0-9a-f]+)"`)

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/limenhq/limen/gateway/audit"
 	"github.com/limenhq/limen/gateway/identity"
 	"github.com/limenhq/limen/gateway/recstore"
 )
@@ -179,17 +180,32 @@ func (h *Handler) recordingPage(w http.ResponseWriter, r *http.Request, s *signi
 // recordingCast serves the recording itself, for the player and download.
 // The store checks its SHA-256 as it is read; a mismatch cuts the answer
 // short, so a changed recording never plays whole.
+//
+// Every answer is audited first (recording.view, with how: play or
+// download): a recording holds a session's output, and reading it is an act
+// an auditor must find. When the audit trail cannot record it, nothing is
+// served.
 func (h *Handler) recordingCast(w http.ResponseWriter, r *http.Request, s *signin) {
 	id := r.PathValue("id")
-	rc, _, err := h.openRecording(r, s, id)
+	rc, row, err := h.openRecording(r, s, id)
 	if err != nil {
 		h.recordingError(w, r, s, id, err)
 		return
 	}
 	defer rc.Close()
+	download := r.URL.Query().Get("download") != ""
+	mode := "play"
+	if download {
+		mode = "download"
+	}
+	if err := h.emit(r, audit.Event{Type: audit.TypeRecordingView, Principal: s.p, Cluster: row.Cluster, SessionID: id,
+		Fields: map[string]string{"mode": mode, "owner": row.Principal.String(), "sha256": row.SHA256}}); err != nil {
+		h.fail(w, r, s, http.StatusServiceUnavailable, "audit trail unavailable, so the recording cannot be shown: try again later")
+		return
+	}
 	w.Header().Set("Content-Type", "application/x-asciicast")
 	w.Header().Set("Cache-Control", "no-store")
-	if r.URL.Query().Get("download") != "" {
+	if download {
 		w.Header().Set("Content-Disposition", fmt.Sprintf("attachment; filename=%q", id+".cast"))
 	}
 	if _, err := io.Copy(w, rc); err != nil {

@@ -2,9 +2,13 @@ package console_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"io"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -13,9 +17,11 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/limenhq/limen/gateway/access"
+	"github.com/limenhq/limen/gateway/audit"
 	"github.com/limenhq/limen/gateway/console"
 	"github.com/limenhq/limen/gateway/identity"
 	"github.com/limenhq/limen/gateway/locks"
+	"github.com/limenhq/limen/gateway/recstore"
 	"github.com/limenhq/limen/gateway/sessions"
 )
 
@@ -158,5 +164,84 @@ func TestLiveViewEndsWhenTheWatcherLosesTheSignIn(t *testing.T) {
 				t.Fatalf("after the end message: %v, want the socket closed", err)
 			}
 		})
+	}
+}
+
+// storeRecording puts a finished recording of cluster demo in the store,
+// as an upload leaves it (the cast and its checksum file).
+func storeRecording(t *testing.T, e *env, id, cast string) {
+	t.Helper()
+	dir := filepath.Join(recstore.Path(e.dir), "demo")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256([]byte(cast))
+	if err := os.WriteFile(filepath.Join(dir, id+".cast"), []byte(cast), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, id+".cast.sha256"), []byte(hex.EncodeToString(sum[:])+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// stored returns the stored events of typ.
+func stored(t *testing.T, e *env, typ audit.Type) []audit.Event {
+	t.Helper()
+	evs, err := e.audit.Search(context.Background(), audit.Query{Type: typ})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return evs
+}
+
+// Playing or downloading a recording, and searching the audit trail, are
+// audited, by whom and what (issue #30, item 6): recording.view with the
+// recording's session id and how it was read, audit.search with the
+// filters.
+func TestRecordingViewAndAuditSearchAudited(t *testing.T) {
+	e := newEnv(t)
+	storeRecording(t, e, "rec-1", `{"version":3,"term":{"cols":80,"rows":24}}`+"\n"+`[0.1,"o","hello\r\n"]`+"\n")
+	c := e.client(t)
+	signIn(t, c, e, "dana", "dana-password-1")
+	for _, path := range []string{"/console/api/recordings/rec-1", "/console/api/recordings/rec-1?download=1"} {
+		if st, body, _ := page(t, c, e, path); st != http.StatusOK || !strings.Contains(body, "hello") {
+			t.Fatalf("GET %s: %d %q", path, st, body)
+		}
+	}
+	views := stored(t, e, audit.TypeRecordingView)
+	if len(views) != 2 {
+		t.Fatalf("%d recording.view events stored, want 2 (play, download): %+v", len(views), views)
+	}
+	for i, mode := range []string{"play", "download"} {
+		v := views[i]
+		if v.Principal.Name != "dana" || v.Principal.ClientID != console.ClientID || v.SessionID != "rec-1" || v.Cluster != "demo" || v.Fields["mode"] != mode {
+			t.Errorf("recording.view %d: %+v, want dana's %s of rec-1 on demo", i, v, mode)
+		}
+	}
+	// A refused look (bob may not see a recording whose owner is unknown)
+	// is an auth.denied, not a view.
+	bob := e.client(t)
+	signIn(t, bob, e, "bob", "bob-password-1")
+	if st, _, _ := page(t, bob, e, "/console/api/recordings/rec-1"); st != http.StatusNotFound {
+		t.Fatalf("bob GET someone's recording: %d, want 404", st)
+	}
+	if n := len(stored(t, e, audit.TypeRecordingView)); n != 2 {
+		t.Errorf("%d recording.view events after bob's refused look, want still 2", n)
+	}
+
+	for _, path := range []string{"/console/audit?user=bob&type=auth.login", "/console/api/audit?cluster=demo"} {
+		if st, body, _ := page(t, c, e, path); st != http.StatusOK {
+			t.Fatalf("GET %s: %d\n%s", path, st, body)
+		}
+	}
+	searches := stored(t, e, audit.TypeAuditSearch)
+	if len(searches) != 2 {
+		t.Fatalf("%d audit.search events stored, want 2: %+v", len(searches), searches)
+	}
+	if s := searches[0]; s.Principal.Name != "dana" || s.Fields["user"] != "bob" || s.Fields["type"] != "auth.login" || s.Fields["download"] != "" {
+		t.Errorf("the page's audit.search: %+v, want dana's, user=bob type=auth.login", s)
+	}
+	if s := searches[1]; s.Principal.Name != "dana" || s.Fields["cluster"] != "demo" || s.Fields["download"] != "true" {
+		t.Errorf("the download's audit.search: %+v, want dana's, cluster=demo, download", s)
 	}
 }
