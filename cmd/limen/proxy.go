@@ -43,6 +43,8 @@ type proxyConfig struct {
 	// and keyless bot logins (proxy_identity.go).
 	OIDC      *oidc.ProviderConfig
 	CIIssuers []proxy.CIIssuer
+	// ConsoleOIDCRedirect is the console's OIDC callback (proxy_console.go).
+	ConsoleOIDCRedirect string
 }
 
 func newProxyCmd() *cobra.Command {
@@ -97,6 +99,7 @@ cannot fill the audit store.`,
 	addProxyStorageFlags(f)
 	addShutdownFlags(f, proxy.DefaultShutdownTimeout, false)
 	addIdentityFlags(f)
+	addConsoleFlags(f)
 	addPolicyFlags(f)
 	addDebugFlags(f)
 	addTelemetryFlags(f)
@@ -132,6 +135,9 @@ func loadProxyConfig(cmd *cobra.Command) (proxyConfig, error) {
 		return c, err
 	}
 	if c.OIDC, c.CIIssuers, err = loadIdentity(v); err != nil {
+		return c, err
+	}
+	if c.ConsoleOIDCRedirect, err = loadConsoleRedirect(v, c.OIDC != nil); err != nil {
 		return c, err
 	}
 	return c, c.validate()
@@ -223,7 +229,7 @@ func (c proxyConfig) gateway(popts policy.Options, log *slog.Logger) proxy.Confi
 			ServerNames: c.ServerNames, UserCertTTL: c.UserCertTTL, WorkerCertTTL: c.WorkerCertTTL},
 		Clusters: c.Clusters, ClusterLabels: c.ClusterLabels, GrantTTL: c.GrantTTL,
 		Limits: c.Limits, ShutdownTimeout: c.ShutdownTimeout, AuditMaxBytes: c.Storage.AuditMaxBytes, RecordingStoreMaxBytes: c.Storage.RecordingStoreMaxBytes,
-		Policy: popts, Logger: log, OIDC: c.OIDC, CIIssuers: c.CIIssuers,
+		Policy: popts, Logger: log, OIDC: c.OIDC, CIIssuers: c.CIIssuers, ConsoleOIDCRedirectURL: c.ConsoleOIDCRedirect,
 	}
 }
 

@@ -43,7 +43,10 @@ type env struct {
 
 func newEnv(t *testing.T) *env { return newEnvWith(t, nil) }
 
-func newEnvWith(t *testing.T, access console.AccessFunc, opts ...func(*console.Config)) *env {
+// newEnvWith is newEnv with the "what may I do" computation and options,
+// which see the env with its server started (e.srv.URL is known) but
+// serving no console yet.
+func newEnvWith(t *testing.T, access console.AccessFunc, opts ...func(*env, *console.Config)) *env {
 	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -86,17 +89,17 @@ func newEnvWith(t *testing.T, access console.AccessFunc, opts ...func(*console.C
 	}
 	cfg := console.Config{Users: e.users, Admin: pol, Locks: e.locks, Audit: e.audit, Events: e.audit,
 		Recordings: recs, Sessions: e.regist, Control: e.admin, Access: access, Now: func() time.Time { return e.clock }}
+	mux := http.NewServeMux()
+	e.srv = httptest.NewTLSServer(mux)
+	t.Cleanup(e.srv.Close)
 	for _, o := range opts {
-		o(&cfg)
+		o(e, &cfg)
 	}
 	h, err := console.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	mux := http.NewServeMux()
 	mux.Handle(console.Prefix, h)
-	e.srv = httptest.NewTLSServer(mux)
-	t.Cleanup(e.srv.Close)
 	return e
 }
 
@@ -157,7 +160,7 @@ func TestSignInCookieAndHeaders(t *testing.T) {
 	}
 	var cookie *http.Cookie
 	for _, ck := range resp.Cookies() {
-		if ck.Name == "limen_console" && ck.Value != "" {
+		if ck.Name == "__Host-limen_console" && ck.Value != "" {
 			cookie = ck
 		}
 	}

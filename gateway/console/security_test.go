@@ -66,7 +66,7 @@ func newLiveEnv(t *testing.T) *liveEnv {
 	t.Helper()
 	le := &liveEnv{feeds: make(chan *io.PipeWriter, 1)}
 	le.clock.Store(time.Now().UnixNano())
-	le.env = newEnvWith(t, nil, func(c *console.Config) {
+	le.env = newEnvWith(t, nil, func(_ *env, c *console.Config) {
 		c.Now = le.now
 		c.Observe = func(context.Context, sessions.Info) (io.ReadCloser, error) {
 			pr, pw := io.Pipe()
@@ -243,5 +243,72 @@ func TestRecordingViewAndAuditSearchAudited(t *testing.T) {
 	}
 	if s := searches[1]; s.Principal.Name != "dana" || s.Fields["cluster"] != "demo" || s.Fields["download"] != "true" {
 		t.Errorf("the download's audit.search: %+v, want dana's, cluster=demo, download", s)
+	}
+}
+
+// Every console cookie is a __Host- cookie: Secure, Path=/, no Domain, so
+// no other host or path can set or shadow it (issue #30, hardening).
+func TestConsoleCookiesAreHostCookies(t *testing.T) {
+	e := newEnvWith(t, nil, func(e *env, c *console.Config) {
+		c.OIDC = func(redirect string) console.OIDCFlow { return standInFlow{redirect} }
+		c.OIDCRedirectURL = e.srv.URL + "/console/oidc/callback"
+	})
+	c := e.client(t)
+	var set []*http.Cookie
+	collect := func(resp *http.Response) { set = append(set, resp.Cookies()...) }
+	resp, _ := get(t, c, e.srv.URL+"/console/signin")
+	collect(resp)
+	collect(signIn(t, c, e, "dana", "dana-password-1"))
+	_, _, tok := page(t, c, e, "/console/sessions")
+	collect(post(t, c, e, "/console/signout", url.Values{"csrf": {tok}}))
+	resp, _ = get(t, c, e.srv.URL+"/console/oidc")
+	collect(resp)
+	resp, _ = get(t, c, e.srv.URL+"/console/oidc/callback?state=x&code=y")
+	collect(resp)
+	names := map[string]bool{}
+	for _, ck := range set {
+		names[ck.Name] = true
+		if !strings.HasPrefix(ck.Name, "__Host-") || !ck.Secure || ck.Path != "/" || ck.Domain != "" || !ck.HttpOnly {
+			t.Errorf("cookie %s (Secure %v, Path %q, Domain %q, HttpOnly %v): want __Host-, Secure, Path=/, no Domain, HttpOnly",
+				ck.Name, ck.Secure, ck.Path, ck.Domain, ck.HttpOnly)
+		}
+	}
+	if len(names) < 3 {
+		t.Errorf("cookies seen: %v, want the sign-in, pre-sign-in and OIDC ones", names)
+	}
+}
+
+// The sign-in page says why only in its own words: a reason in the query
+// string is a code from a fixed set, and free text there is never shown
+// (issue #30, hardening).
+func TestSignInPageShowsNoFreeText(t *testing.T) {
+	e := newEnv(t)
+	c := e.client(t)
+	if _, body, _ := page(t, c, e, "/console/signin?"+url.Values{"why": {"Your account is suspended: call 555-0100"}}.Encode()); strings.Contains(body, "555-0100") {
+		t.Fatalf("the sign-in page echoes the query's text:\n%s", body)
+	}
+	// Signed out, a page sends to the sign-in page with a code it knows.
+	resp, _ := get(t, c, e.srv.URL+"/console/sessions")
+	loc := resp.Header.Get("Location")
+	if resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(loc, "/console/signin") {
+		t.Fatalf("signed out: %d to %q", resp.StatusCode, loc)
+	}
+	if _, body, _ := page(t, c, e, loc); !strings.Contains(body, `id="why"`) || !strings.Contains(body, "sign in") {
+		t.Fatalf("the sign-in page after %s says nothing:\n%s", loc, body)
+	}
+}
+
+// A locked person's password sign-in is refused before auth.login is
+// stored.
+func TestPasswordSignInLockedRefusedBeforeLogin(t *testing.T) {
+	e := newEnv(t)
+	e.locks.Apply(locks.Change{Op: locks.OpSet, Lock: locks.Lock{Target: locks.Target{Kind: identity.KindUser, Name: "bob"},
+		Reason: "incident", CreatedBy: "user:dana", CreatedAt: e.clock}})
+	c := e.client(t)
+	if resp := signIn(t, c, e, "bob", "bob-password-1"); resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("locked bob signs in: %d, want 403", resp.StatusCode)
+	}
+	if logins := stored(t, e, audit.TypeAuthLogin); len(logins) != 0 {
+		t.Fatalf("a locked person's sign-in stored auth.login: %+v", logins)
 	}
 }
