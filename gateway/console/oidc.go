@@ -32,7 +32,8 @@ const cookieOIDC = "__Host-limen_console_oidc"
 const oidcFlowTTL = 10 * time.Minute
 
 // callbackPath is where the identity provider sends the browser back;
-// register https://PROXY/console/oidc/callback as a redirect URI.
+// register https://PROXY/console/oidc/callback as a redirect URI there, and
+// give the proxy the same URL (Config.OIDCRedirectURL).
 const callbackPath = Prefix + "oidc/callback"
 
 // ValidOIDCRedirectURL checks the console's OIDC redirect URL: an
@@ -119,10 +120,11 @@ func (h *Handler) oidcCallback(w http.ResponseWriter, r *http.Request) {
 		refuse(err.Error(), "Your identity provider's sign-in was refused: "+err.Error())
 		return
 	}
-	if err := h.SignIn(w, r, p, "oidc"); errors.Is(err, ErrLocked) {
+	switch err := h.SignIn(w, r, p, "oidc"); {
+	case errors.Is(err, ErrLocked):
 		h.signinForm(w, r, http.StatusForbidden, err.Error(), "")
 		return
-	} else if err != nil {
+	case err != nil:
 		h.fail(w, r, nil, http.StatusServiceUnavailable, "the audit trail is unavailable, so no one was signed in: try again later")
 		return
 	}
