@@ -45,6 +45,8 @@ type proxyConfig struct {
 	CIIssuers []proxy.CIIssuer
 	// AuditExport is the audit export and retention (audit_export.go).
 	AuditExport auditExportConfig
+	// ConsoleOIDCRedirect is the console's OIDC callback (proxy_console.go).
+	ConsoleOIDCRedirect string
 }
 
 func newProxyCmd() *cobra.Command {
@@ -100,6 +102,7 @@ cannot fill the audit store.`,
 	addAuditExportFlags(f)
 	addShutdownFlags(f, proxy.DefaultShutdownTimeout, false)
 	addIdentityFlags(f)
+	addConsoleFlags(f)
 	addPolicyFlags(f)
 	addDebugFlags(f)
 	addTelemetryFlags(f)
@@ -138,6 +141,9 @@ func loadProxyConfig(cmd *cobra.Command) (proxyConfig, error) {
 		return c, err
 	}
 	if c.AuditExport, err = loadAuditExport(v); err != nil {
+		return c, err
+	}
+	if c.ConsoleOIDCRedirect, err = loadConsoleRedirect(v, c.OIDC != nil); err != nil {
 		return c, err
 	}
 	return c, c.validate()
@@ -235,7 +241,7 @@ func (c proxyConfig) gateway(popts policy.Options, log *slog.Logger) proxy.Confi
 		Clusters: c.Clusters, ClusterLabels: c.ClusterLabels, GrantTTL: c.GrantTTL,
 		Limits: c.Limits, ShutdownTimeout: c.ShutdownTimeout, AuditMaxBytes: c.Storage.AuditMaxBytes, RecordingStoreMaxBytes: c.Storage.RecordingStoreMaxBytes,
 		RecordingStore: c.Storage.RecordingStore, RecordingRetention: c.Storage.RecordingRetention,
-		Policy: popts, Logger: log, OIDC: c.OIDC, CIIssuers: c.CIIssuers,
+		Policy: popts, Logger: log, OIDC: c.OIDC, CIIssuers: c.CIIssuers, ConsoleOIDCRedirectURL: c.ConsoleOIDCRedirect,
 	}
 }
 

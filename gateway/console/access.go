@@ -8,6 +8,7 @@ import (
 
 	"github.com/limenhq/limen/gateway/access"
 	"github.com/limenhq/limen/gateway/identity"
+	"github.com/limenhq/limen/gateway/kpath"
 )
 
 // AccessFunc answers "what may I do" for p — through the client p names —
@@ -34,6 +35,15 @@ func (h *Handler) accessPage(w http.ResponseWriter, r *http.Request, s *signin) 
 	}
 	if h.cfg.Clusters != nil {
 		d.Clusters, _ = h.cfg.Clusters(r.Context(), s.p)
+	}
+	if d.Cluster != "" {
+		// The cluster is a name, never a path: it becomes part of the
+		// review's request path at the proxy (which checks it again).
+		if err := kpath.ValidCluster(d.Cluster); err != nil {
+			d.Err = "cluster: " + err.Error()
+			h.render(w, r, http.StatusBadRequest, "access", s, d)
+			return
+		}
 	}
 	if d.Wired && d.Cluster != "" {
 		// The answer is about the signed-in person through the client they

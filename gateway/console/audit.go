@@ -50,8 +50,11 @@ func (f auditFilter) query() url.Values {
 	return v
 }
 
-// search runs f and returns its page and how many events matched.
-func (h *Handler) search(r *http.Request, f auditFilter, paged bool) ([]audit.Event, int, error) {
+// search runs f for s and returns its page and how many events matched.
+// The search itself is audited first (audit.search, with its filters, and
+// download when it is not paged); when the trail cannot record it, nothing
+// is searched.
+func (h *Handler) search(r *http.Request, s *signin, f auditFilter, paged bool) ([]audit.Event, int, error) {
 	q := audit.Query{User: f.User, Cluster: f.Cluster, Verb: f.Verb, Type: audit.Type(f.Type), Limit: auditScan}
 	var until time.Time
 	var err error
@@ -70,6 +73,16 @@ func (h *Handler) search(r *http.Request, f auditFilter, paged bool) ([]audit.Ev
 		if status, err = strconv.Atoi(f.Status); err != nil {
 			return nil, 0, fmt.Errorf("status %q: want an HTTP status such as 403", f.Status)
 		}
+	}
+	fields := map[string]string{}
+	for k, v := range f.query() {
+		fields[k] = clipField(v[0])
+	}
+	if !paged {
+		fields["download"] = "true"
+	}
+	if err := h.emit(r, audit.Event{Type: audit.TypeAuditSearch, Principal: s.p, Fields: fields}); err != nil {
+		return nil, 0, fmt.Errorf("%w: the search could not be audited: %w", audit.ErrUnavailable, err)
 	}
 	all, err := h.cfg.Events.Search(r.Context(), q)
 	if err != nil {
@@ -97,6 +110,17 @@ func (h *Handler) search(r *http.Request, f auditFilter, paged bool) ([]audit.Ev
 		out = out[from:min(from+auditPageSize, n)]
 	}
 	return out, n, nil
+}
+
+// maxFieldLen bounds each filter as audit.search stores it: enough for any
+// honest user, cluster or session name, and no room to fill the trail.
+const maxFieldLen = 256
+
+func clipField(v string) string {
+	if len(v) <= maxFieldLen {
+		return v
+	}
+	return strings.ToValidUTF8(v[:maxFieldLen], "") + "…"
 }
 
 func auditFilterOf(r *http.Request) auditFilter {
@@ -144,7 +168,7 @@ func describe(e audit.Event) (what, status string) {
 
 func (h *Handler) auditPage(w http.ResponseWriter, r *http.Request, s *signin) {
 	f := auditFilterOf(r)
-	events, n, err := h.search(r, f, true)
+	events, n, err := h.search(r, s, f, true)
 	msg := ""
 	if err != nil {
 		if !errors.Is(err, audit.ErrUnavailable) {
@@ -179,7 +203,7 @@ func (h *Handler) auditPage(w http.ResponseWriter, r *http.Request, s *signin) {
 		Types                  []string
 	}{Filter: f, Rows: rows, Total: n, Page: f.Page + 1, Pages: max(pages, 1), JSON: Prefix + "api/audit?" + f.query().Encode(), Warn: msg,
 		Types: []string{"kube.request", "kube.sent", "auth.denied", "auth.login", "session.start", "session.end",
-			"session.kill", string(TypeSessionObserve), "user.lock", "user.unlock", "user.add", "user.remove", "user.passwd",
+			"session.kill", string(TypeSessionObserve), string(audit.TypeRecordingView), string(audit.TypeAuditSearch), "user.lock", "user.unlock", "user.add", "user.remove", "user.passwd",
 			"token.create", "token.use"}}
 	if f.Page > 0 {
 		data.Prev = link(f.Page - 1)
@@ -192,7 +216,7 @@ func (h *Handler) auditPage(w http.ResponseWriter, r *http.Request, s *signin) {
 
 // auditJSON is the download: every match (up to auditScan), newest first.
 func (h *Handler) auditJSON(w http.ResponseWriter, r *http.Request, s *signin) {
-	events, _, err := h.search(r, auditFilterOf(r), false)
+	events, _, err := h.search(r, s, auditFilterOf(r), false)
 	switch {
 	case errors.Is(err, audit.ErrUnavailable):
 		h.fail(w, r, s, http.StatusServiceUnavailable, "audit trail unavailable: try again later")

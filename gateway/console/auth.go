@@ -18,11 +18,15 @@ import (
 	"github.com/limenhq/limen/gateway/users"
 )
 
-// Cookie names. The sign-in cookie is scoped to the console's path; the
-// pre-sign-in cookie only guards the sign-in form against login CSRF.
+// Cookie names. Each is a __Host- cookie (Secure, Path=/, no Domain), so
+// that no other host under the same domain and no other path can set or
+// shadow it; the browser enforces the prefix's rules. The pre-sign-in
+// cookie only guards the sign-in form against login CSRF.
 const (
-	cookieSession = "limen_console"
-	cookiePre     = "limen_console_pre"
+	cookieSession = "__Host-limen_console"
+	cookiePre     = "__Host-limen_console_pre"
+	// cookiePath is the only path a __Host- cookie may have.
+	cookiePath = "/"
 	// csrfField is the form field (and X-CSRF-Token the header) carrying
 	// the CSRF token on every state-changing request.
 	csrfField  = "csrf"
@@ -102,7 +106,7 @@ func (h *Handler) user(next userHandler) http.HandlerFunc {
 		if err != nil {
 			h.deny(r, identity.Principal{}, "console: "+err.Error())
 			if r.Method == http.MethodGet && !isAPI(r) {
-				http.Redirect(w, r, Prefix+"signin?"+url.Values{"why": {err.Error()}}.Encode(), http.StatusSeeOther)
+				http.Redirect(w, r, Prefix+"signin?"+url.Values{"why": {whySignedOut}}.Encode(), http.StatusSeeOther)
 				return
 			}
 			h.fail(w, r, nil, http.StatusUnauthorized, err.Error()+": sign in again at "+Prefix+"signin")
@@ -212,7 +216,7 @@ func checkCSRF(r *http.Request, want string) error {
 }
 
 func (h *Handler) setCookie(w http.ResponseWriter, name, value string, maxAge time.Duration) {
-	http.SetCookie(w, &http.Cookie{Name: name, Value: value, Path: Prefix, MaxAge: int(maxAge / time.Second),
+	http.SetCookie(w, &http.Cookie{Name: name, Value: value, Path: cookiePath, MaxAge: int(maxAge / time.Second),
 		HttpOnly: true, Secure: true, SameSite: http.SameSiteStrictMode})
 }
 
@@ -220,7 +224,7 @@ func (h *Handler) dropCookie(w http.ResponseWriter, r *http.Request) {
 	if c, err := r.Cookie(cookieSession); err == nil {
 		h.sessions.remove(c.Value)
 	}
-	http.SetCookie(w, &http.Cookie{Name: cookieSession, Value: "", Path: Prefix, MaxAge: -1,
+	http.SetCookie(w, &http.Cookie{Name: cookieSession, Value: "", Path: cookiePath, MaxAge: -1,
 		HttpOnly: true, Secure: true, SameSite: http.SameSiteStrictMode})
 }
 
@@ -230,10 +234,27 @@ type signinData struct {
 	OIDC bool
 }
 
+// whySignedOut is the sign-in page's reason code for a browser sent back
+// to it (?why=signed-out).
+const whySignedOut = "signed-out"
+
+// signinReasons are what the sign-in page may say for a ?why= code. The
+// query string is anyone's to write (a link in a phishing mail), so the
+// page shows only these words, never the query's.
+var signinReasons = map[string]string{
+	whySignedOut: "You are not signed in, or your sign-in expired or was ended: sign in again.",
+}
+
 func (h *Handler) signinPage(w http.ResponseWriter, r *http.Request) {
+	h.signinForm(w, r, http.StatusOK, signinReasons[r.URL.Query().Get("why")], "")
+}
+
+// signinForm renders the sign-in page with a fresh pre-sign-in token,
+// saying why (Limen's own words) and keeping the user name typed.
+func (h *Handler) signinForm(w http.ResponseWriter, r *http.Request, status int, why, user string) {
 	pre := randomToken()
 	h.setCookie(w, cookiePre, pre, 10*time.Minute)
-	h.render(w, r, http.StatusOK, "signin", nil, signinData{Pre: pre, Why: r.URL.Query().Get("why"), OIDC: h.cfg.OIDC != nil})
+	h.render(w, r, status, "signin", nil, signinData{Pre: pre, Why: why, User: user, OIDC: h.cfg.OIDC != nil})
 }
 
 // signin checks the password exactly as limen login does (the same store,
@@ -248,11 +269,7 @@ func (h *Handler) signin(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, nil, http.StatusForbidden, "missing or wrong CSRF token: reload the sign-in page and try again")
 		return
 	}
-	again := func(status int, why string) {
-		pre := randomToken()
-		h.setCookie(w, cookiePre, pre, 10*time.Minute)
-		h.render(w, r, status, "signin", nil, signinData{Pre: pre, Why: why, User: name, OIDC: h.cfg.OIDC != nil})
-	}
+	again := func(status int, why string) { h.signinForm(w, r, status, why, name) }
 	u, err := h.cfg.Users.Authenticate(r.Context(), name, password, h.cfg.ClientAddr(r))
 	switch {
 	case errors.Is(err, users.ErrRateLimited):
@@ -270,27 +287,36 @@ func (h *Handler) signin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p := identity.Principal{Kind: identity.KindUser, Name: u.Name, Traits: u.Traits, ClientID: ClientID, LoginID: randomToken()[:24]}
-	if err := h.cfg.Locks.Check(p, h.cfg.Now()); err != nil {
-		h.deny(r, p, "console sign-in: locked: "+err.Error())
-		again(http.StatusForbidden, err.Error())
-		return
-	}
 	if err := h.SignIn(w, r, p, "password"); err != nil {
+		if errors.Is(err, ErrLocked) {
+			again(http.StatusForbidden, err.Error())
+			return
+		}
 		again(http.StatusServiceUnavailable, "The audit trail is unavailable, so no one can sign in: try again later.")
 		return
 	}
 	http.Redirect(w, r, Prefix+"sessions", http.StatusSeeOther)
 }
 
+// ErrLocked is SignIn's refusal of a locked person; the error says by
+// whom and why.
+var ErrLocked = errors.New("you are locked")
+
 // SignIn starts a console sign-in for p, whom the caller authenticated by
-// method ("password" or "oidc"): it is audited
-// as auth.login, bound to client console whatever p says, and its cookie
-// is set on w. The caller then redirects. An error means the audit trail
-// did not record it, and no one is signed in.
+// method ("password" or "oidc"): a locked p is refused (ErrLocked, audited
+// as auth.denied) before anything else, so that no auth.login is stored
+// for them; otherwise the sign-in is audited as auth.login, bound to
+// client console whatever p says, and its cookie is set on w. The caller
+// then redirects. Any other error means the audit trail did not record
+// it, and no one is signed in.
 func (h *Handler) SignIn(w http.ResponseWriter, r *http.Request, p identity.Principal, method string) error {
 	p.ClientID = ClientID
 	if p.LoginID == "" {
 		p.LoginID = randomToken()[:24]
+	}
+	if err := h.cfg.Locks.Check(p, h.cfg.Now()); err != nil {
+		h.deny(r, p, "console sign-in: locked: "+err.Error())
+		return fmt.Errorf("%w: %w", ErrLocked, err)
 	}
 	expires := h.cfg.Now().Add(h.cfg.SessionTTL)
 	if err := h.emit(r, audit.Event{Type: audit.TypeAuthLogin, Principal: p, Fields: map[string]string{

@@ -16,6 +16,7 @@ import (
 	"context"
 	"embed"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -144,6 +145,10 @@ type Config struct {
 	// it returns the provider's code flow back to a redirect URL (the
 	// console's /console/oidc/callback). Nil offers the password form only.
 	OIDC func(redirectURL string) OIDCFlow
+	// OIDCRedirectURL is where the identity provider sends the browser
+	// back (https://PROXY/console/oidc/callback, registered at the
+	// provider); required with OIDC.
+	OIDCRedirectURL string
 	// SessionTTL bounds a sign-in; 0 is DefaultSessionTTL.
 	SessionTTL time.Duration
 	// ClientAddr extracts the client's address for rate limiting and
@@ -180,6 +185,11 @@ func New(cfg Config) (*Handler, error) {
 		return nil, errors.New("console: recording store is required")
 	case cfg.Sessions == nil || cfg.Control == nil:
 		return nil, errors.New("console: session registry and control are required")
+	}
+	if cfg.OIDC != nil {
+		if err := ValidOIDCRedirectURL(cfg.OIDCRedirectURL); err != nil {
+			return nil, fmt.Errorf("console: OIDC redirect URL: %w", err)
+		}
 	}
 	if cfg.SessionTTL <= 0 {
 		cfg.SessionTTL = DefaultSessionTTL

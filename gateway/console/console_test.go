@@ -37,15 +37,20 @@ type env struct {
 	admin  *adminapi.Handler
 	clock  time.Time
 	regist *sessions.Registry
+	// dir is the data directory (recstore.Path(dir) holds the recordings).
+	dir string
 }
 
 func newEnv(t *testing.T) *env { return newEnvWith(t, nil) }
 
-func newEnvWith(t *testing.T, access console.AccessFunc, opts ...func(*console.Config)) *env {
+// newEnvWith is newEnv with the "what may I do" computation and options,
+// which see the env with its server started (e.srv.URL is known) but
+// serving no console yet.
+func newEnvWith(t *testing.T, access console.AccessFunc, opts ...func(*env, *console.Config)) *env {
 	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
-	e := &env{clock: time.Now()}
+	e := &env{clock: time.Now(), dir: dir}
 	var err error
 	if e.users, err = users.Open(users.Path(dir), users.Options{Cost: bcrypt.MinCost}); err != nil {
 		t.Fatal(err)
@@ -84,17 +89,17 @@ func newEnvWith(t *testing.T, access console.AccessFunc, opts ...func(*console.C
 	}
 	cfg := console.Config{Users: e.users, Admin: pol, Locks: e.locks, Audit: e.audit, Events: e.audit,
 		Recordings: recs, Sessions: e.regist, Control: e.admin, Access: access, Now: func() time.Time { return e.clock }}
+	mux := http.NewServeMux()
+	e.srv = httptest.NewTLSServer(mux)
+	t.Cleanup(e.srv.Close)
 	for _, o := range opts {
-		o(&cfg)
+		o(e, &cfg)
 	}
 	h, err := console.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	mux := http.NewServeMux()
 	mux.Handle(console.Prefix, h)
-	e.srv = httptest.NewTLSServer(mux)
-	t.Cleanup(e.srv.Close)
 	return e
 }
 
@@ -102,10 +107,10 @@ func newEnvWith(t *testing.T, access console.AccessFunc, opts ...func(*console.C
 // redirects, so that each answer can be checked.
 func (e *env) client(t *testing.T) *http.Client {
 	jar, _ := cookiejar.New(nil)
-	c := e.srv.Client()
+	c := *e.srv.Client() // a copy: Client returns one shared value
 	c.Jar = jar
 	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-	return c
+	return &c
 }
 
 var csrfRE = regexp.MustCompile(`name="csrf" value="([0-9a-f]+)"`)
@@ -155,7 +160,7 @@ func TestSignInCookieAndHeaders(t *testing.T) {
 	}
 	var cookie *http.Cookie
 	for _, ck := range resp.Cookies() {
-		if ck.Name == "limen_console" && ck.Value != "" {
+		if ck.Name == "__Host-limen_console" && ck.Value != "" {
 			cookie = ck
 		}
 	}

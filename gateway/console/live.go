@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -95,6 +96,20 @@ func (h *Handler) liveSocket(w http.ResponseWriter, r *http.Request, s *signin) 
 		return // Upgrade answered
 	}
 	defer conn.Close()
+	// The sign-in admitted the watcher when the socket opened; the guard
+	// ends the view as soon as it no longer would.
+	var revoked atomic.Pointer[string]
+	guarded := make(chan struct{})
+	defer func() { <-guarded }()
+	defer cancel()
+	go func() {
+		defer close(guarded)
+		h.guardLive(ctx, r, s, func(why string) {
+			revoked.Store(&why)
+			cancel()
+			src.Close()
+		})
+	}()
 	conn.SetReadLimit(1 << 10)
 	go func() {
 		// Nothing the browser sends is used; reading handles its close.
@@ -111,7 +126,10 @@ func (h *Handler) liveSocket(w http.ResponseWriter, r *http.Request, s *signin) 
 		return conn.WriteJSON(m)
 	}
 	reason := h.relayLive(src, send)
-	if reason == "" {
+	if why := revoked.Load(); why != nil {
+		h.cfg.Logger.Info("console: live view ended with the watcher's sign-in", "session", id, "watcher", s.p.String(), "why", *why)
+		reason = "your sign-in no longer admits you: " + *why
+	} else if reason == "" {
 		if info, ok := h.cfg.Sessions.Get(id); ok && !info.Live() {
 			reason = string(info.Reason)
 		} else {
@@ -121,6 +139,46 @@ func (h *Handler) liveSocket(w http.ResponseWriter, r *http.Request, s *signin) 
 	_ = send(liveMessage{End: reason})
 	_ = conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""),
 		time.Now().Add(time.Second))
+}
+
+// liveRecheck is how often a live view checks that its watcher's sign-in
+// still admits them (signed out, expired, removed); a lock ends it at once.
+const liveRecheck = 200 * time.Millisecond
+
+// guardLive calls stop, once, when s no longer admits the watcher of r's
+// live view: a lock set on them (at once), their sign-out, the sign-in's
+// expiry or, for a local user, their removal (within liveRecheck). It
+// returns then, or when ctx ends.
+func (h *Handler) guardLive(ctx context.Context, r *http.Request, s *signin, stop func(why string)) {
+	locked, unwatch := h.cfg.Locks.Watch(s.p)
+	defer unwatch()
+	tick := time.NewTicker(liveRecheck)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-locked:
+		case <-tick.C:
+		}
+		if err := h.admits(r, s); err != nil {
+			stop(err.Error())
+			return
+		}
+	}
+}
+
+// admits re-checks, as user does for every request, that r's sign-in is
+// still s and admits its user.
+func (h *Handler) admits(r *http.Request, s *signin) error {
+	now, err := h.check(r)
+	if err != nil {
+		return err
+	}
+	if now != s {
+		return errSignedOut
+	}
+	return h.lockedOrGone(r, s)
 }
 
 // relayLive sends the output, resize and exit events of the recording

@@ -45,7 +45,7 @@ func TestRecordingCastRangesAndChecks(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "demo", "changed.cast"), bad, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	e := newEnvWith(t, nil, func(c *console.Config) { c.Recordings = recs })
+	e := newEnvWith(t, nil, func(_ *env, c *console.Config) { c.Recordings = recs })
 	c := e.client(t)
 	signIn(t, c, e, "dana", "dana-password-1")
 

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/limenhq/limen/gateway/audit"
 	"github.com/limenhq/limen/gateway/identity"
 	"github.com/limenhq/limen/gateway/recstore"
 )
@@ -182,6 +183,11 @@ func (h *Handler) recordingPage(w http.ResponseWriter, r *http.Request, s *signi
 // withheld and the answer is cut short of its Content-Length, so a changed
 // recording never plays or downloads whole. A range is served as stored
 // (only the whole recording has a checksum).
+//
+// Every answer is audited first (recording.view, with how: play or
+// download): a recording holds a session's output, and reading it is an act
+// an auditor must find. When the audit trail cannot record it, nothing is
+// served.
 func (h *Handler) recordingCast(w http.ResponseWriter, r *http.Request, s *signin) {
 	id := r.PathValue("id")
 	rc, row, err := h.openRecording(r, s, id)
@@ -190,9 +196,19 @@ func (h *Handler) recordingCast(w http.ResponseWriter, r *http.Request, s *signi
 		return
 	}
 	defer rc.Close()
+	download := r.URL.Query().Get("download") != ""
+	mode := "play"
+	if download {
+		mode = "download"
+	}
+	if err := h.emit(r, audit.Event{Type: audit.TypeRecordingView, Principal: s.p, Cluster: row.Cluster, SessionID: id,
+		Fields: map[string]string{"mode": mode, "owner": row.Principal.String(), "sha256": row.SHA256}}); err != nil {
+		h.fail(w, r, s, http.StatusServiceUnavailable, "audit trail unavailable, so the recording cannot be shown: try again later")
+		return
+	}
 	w.Header().Set("Content-Type", "application/x-asciicast")
 	w.Header().Set("Cache-Control", "no-store")
-	if r.URL.Query().Get("download") != "" {
+	if download {
 		w.Header().Set("Content-Disposition", fmt.Sprintf("attachment; filename=%q", id+".cast"))
 	}
 	http.ServeContent(w, r, "", row.Time, &cutShort{r: rc, log: func(err error) {

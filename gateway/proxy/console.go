@@ -100,8 +100,11 @@ func (s *Server) mountConsole(c Config) error {
 		}
 	})
 	var signInOIDC func(string) console.OIDCFlow
-	if s.OIDC != nil {
+	switch {
+	case s.OIDC != nil && c.ConsoleOIDCRedirectURL != "":
 		signInOIDC = func(redirect string) console.OIDCFlow { return s.OIDC.Flow(redirect) }
+	case s.OIDC != nil:
+		s.log.Info("console: sign-in through the identity provider is off: set console-oidc-redirect-uri to the console's callback registered there")
 	}
 	h, err := console.New(console.Config{
 		Users: s.Users, Admin: s.Policy, Locks: s.LockSet, Audit: s.Denials, Events: s.Audit,
@@ -113,7 +116,7 @@ func (s *Server) mountConsole(c Config) error {
 		Clusters: func(ctx context.Context, p identity.Principal) ([]string, error) {
 			return configuredClusters{engine: s.Policy, names: c.Clusters, labels: c.ClusterLabels}.Clusters(ctx, p)
 		},
-		Access: s.Kube.Access, OIDC: signInOIDC,
+		Access: s.Kube.Access, OIDC: signInOIDC, OIDCRedirectURL: c.ConsoleOIDCRedirectURL,
 		Now: c.Now, Logger: s.log.With("component", "console"),
 	})
 	if err != nil {

@@ -82,6 +82,11 @@ type Config struct {
 	// (identity.go).
 	OIDC      *oidc.ProviderConfig
 	CIIssuers []CIIssuer
+	// ConsoleOIDCRedirectURL is the console's OIDC callback as registered
+	// at the provider (https://PROXY/console/oidc/callback); the console
+	// offers sign-in through OIDC only when it is set, and never derives
+	// it from a request's Host.
+	ConsoleOIDCRedirectURL string
 }
 
 func (c Config) now() func() time.Time {
