@@ -73,6 +73,15 @@ type Config struct {
 	// (identity.go).
 	OIDC      *oidc.ProviderConfig
 	CIIssuers []CIIssuer
+	// Peers is where the proxies that share a store find each other
+	// (peers.go); nil is this proxy alone. PeerAddress is the host:port
+	// workers dial to reach this proxy directly ("" advertises none: workers
+	// reach it only through their enrolled address). PeerHeartbeat and
+	// PeerTTL are how often the proxy beats and how long a beat keeps a proxy
+	// live (0: tunnel.DefaultPeerHeartbeat, tunnel.DefaultPeerTTL).
+	Peers                  tunnel.Peers
+	PeerAddress            string
+	PeerHeartbeat, PeerTTL time.Duration
 }
 
 func (c Config) now() func() time.Time {
@@ -113,6 +122,8 @@ type Server struct {
 
 	recordings *recstore.Store
 	control    *workerRouter
+	peers      *tunnel.Announcer
+	ready      []readyCheck
 	admin      *adminapi.Handler
 	limits     Limits
 	shutdown   time.Duration
@@ -182,6 +193,9 @@ func New(ctx context.Context, c Config) (_ *Server, err error) {
 	s.Mux.Handle("/", http.HandlerFunc(notRouted))
 	s.Mux.Handle("GET "+PathAccess, s.Kube.AccessHandler(s.Kube.Authenticate))
 	s.handleControl()
+	if err := s.newAnnouncer(c); err != nil {
+		return nil, err
+	}
 	s.handleHealth()
 	if err := s.mountAPIs(c); err != nil {
 		return nil, err
@@ -337,6 +351,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	defer cancel()
 	wg.Go(func() { _ = s.Policy.Run(ctx) })
 	wg.Go(func() { s.syncLocks(ctx) })
+	wg.Go(func() { s.peers.Run(ctx) })
 	p := &port{TLS: s.CA.ServerTLSConfig(), Kube: s.Kube, ServerCluster: s.Kube.ServerCluster, Handler: s.Mux, Tunnel: s.Tunnel, Limits: s.limits,
 		WorkerCluster: s.CA.ClusterFromChains, ShutdownTimeout: s.shutdown, EndSessions: s.endSessions, Logger: s.log}
 	return p.Serve(ctx, ln)

@@ -179,7 +179,10 @@ func (a *Announcer) beat(ctx context.Context) {
 
 // OnConnect tells w the current list. Workers that connect before the
 // first heartbeat get an empty list, and the next change when it comes.
-func (a *Announcer) OnConnect(ctx context.Context, w *Worker) error {
+// w is the worker's control stream (a *Worker).
+func (a *Announcer) OnConnect(ctx context.Context, w interface {
+	Send(context.Context, Message) error
+}) error {
 	a.mu.Lock()
 	l := a.list
 	a.mu.Unlock()

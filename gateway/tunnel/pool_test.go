@@ -25,7 +25,7 @@ func startPeerProxy(t testing.TB, pki *testPKI, peers Peers, id, addr string) *p
 	t.Helper()
 	srv := &Server{ID: id, Timing: testTiming(), Logger: testLogger(t)}
 	ann := &Announcer{Peers: peers, Server: srv, Interval: testPeerBeat, Logger: testLogger(t)}
-	srv.OnConnect = ann.OnConnect
+	srv.OnConnect = func(ctx context.Context, w *Worker) error { return ann.OnConnect(ctx, w) }
 	tp := startProxy(t, pki, srv, addr)
 	ann.Self = Peer{ID: id, Addr: tp.addr()}
 	ctx, cancel := context.WithCancel(context.Background())
