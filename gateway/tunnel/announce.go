@@ -172,7 +172,11 @@ func (a *Announcer) beat(ctx context.Context) {
 		log.Error("peers: list not sent", "err", err)
 		return
 	}
-	if err := a.Server.Broadcast(ctx, "", m); err != nil && ctx.Err() == nil {
+	// Bounded: a wedged worker must not hold up the next beat. Broadcast
+	// drops a worker it cannot tell; it gets the list when it reconnects.
+	sctx, cancel := context.WithTimeout(ctx, a.Server.Timing.withDefaults().PeerTimeout)
+	defer cancel()
+	if err := a.Server.Broadcast(sctx, "", m); err != nil && ctx.Err() == nil {
 		log.Warn("peers: list not delivered to every worker; those were dropped", "err", err)
 	}
 }
