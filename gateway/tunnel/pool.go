@@ -51,7 +51,6 @@ type Pool struct {
 	wg    sync.WaitGroup
 	links map[string]*link                   // by address
 	lists map[*Client]PeerList               // the last list each connected tunnel's proxy sent
-	rand  func(n int64) int64                // nil: math/rand/v2
 	dials func(addr string, d time.Duration) // for tests: each tunnel started
 }
 
@@ -169,12 +168,7 @@ func (p *Pool) reconcileLocked() {
 }
 
 func (p *Pool) spread() time.Duration {
-	w := int64(cmp.Or(p.JoinSpread, DefaultJoinSpread))
-	r := p.rand
-	if r == nil {
-		r = rand.Int64N
-	}
-	return time.Duration(r(w))
+	return time.Duration(rand.Int64N(int64(cmp.Or(p.JoinSpread, DefaultJoinSpread))))
 }
 
 // Addrs lists the addresses of the tunnels the pool keeps, up or not,

@@ -335,3 +335,40 @@ func TestJoinSpread(t *testing.T) {
 		}
 	}
 }
+
+// TestPoolDrainTellsEveryProxy: a stopping worker's drain reaches every
+// proxy it has a tunnel to, each of which then sends new streams to the
+// other worker of the cluster; the answer is the smallest count of others.
+func TestPoolDrainTellsEveryProxy(t *testing.T) {
+	checkGoroutines(t)
+	pki := newPKI(t)
+	peers := &MemPeers{TTL: time.Hour}
+	a := startPeerProxy(t, pki, peers, "a", "127.0.0.1:0")
+	b := startPeerProxy(t, pki, peers, "b", "127.0.0.1:0")
+	stopping := newPool(t, pki, a.addr(), echo)
+	startPool(t, stopping)
+	eventually(t, "the stopping worker at both", func() bool { return len(stopping.ConnectedAddrs()) == 2 })
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	if ack, err := stopping.Drain(ctx); err != nil || ack.Others != 0 {
+		t.Fatalf("drain alone: %+v, %v; want 0 others", ack, err)
+	}
+	next := newPool(t, pki, b.addr(), echo)
+	next.Hello.WorkerID = "w2"
+	startPool(t, next)
+	eventually(t, "the next worker at both", func() bool { return len(next.ConnectedAddrs()) == 2 })
+	ack, err := stopping.Drain(ctx)
+	if err != nil || ack.Others != 1 {
+		t.Fatalf("drain with a replacement: %+v, %v; want 1 other", ack, err)
+	}
+	for _, p := range []*peerProxy{a, b} {
+		for _, w := range p.srv.Workers() {
+			if w.Draining != (w.WorkerID == "w1") {
+				t.Fatalf("at %s: worker %s draining=%v", p.srv.ID, w.WorkerID, w.Draining)
+			}
+		}
+		if w := p.srv.pick("c1", nil); w == nil || w.info.WorkerID != "w2" {
+			t.Fatalf("at %s new streams go to %v, want w2", p.srv.ID, w)
+		}
+	}
+}
