@@ -15,6 +15,7 @@ import (
 	"github.com/limenhq/limen/gateway/policy"
 	"github.com/limenhq/limen/gateway/proxy"
 	"github.com/limenhq/limen/gateway/telemetry"
+	"github.com/limenhq/limen/gateway/tunnel"
 )
 
 // proxyConfig is the proxy's typed configuration; keys are the flag names.
@@ -47,6 +48,9 @@ type proxyConfig struct {
 	AuditExport auditExportConfig
 	// ConsoleOIDCRedirect is the console's OIDC callback (proxy_console.go).
 	ConsoleOIDCRedirect string
+	// PeerAddress is the host:port workers dial to reach this proxy
+	// directly, besides their enrolled address (several proxies).
+	PeerAddress string
 }
 
 func newProxyCmd() *cobra.Command {
@@ -87,6 +91,9 @@ cannot fill the audit store.`,
 	f.String("tls-cert", "", "operator-provided TLS serving certificate chain (PEM); default: issued by the CA. Routing by server name (limen kube login) needs the wildcard *.kube.NAME for each NAME clients dial")
 	f.String("tls-key", "", "key of --tls-cert (PEM)")
 	f.StringSlice("server-name", nil, "extra DNS name or IP for the generated serving certificate, which also covers *.kube.NAME for routing by server name (repeatable)")
+	f.String("peer-address", "", "HOST:PORT at which workers reach this proxy directly, announced to every worker of every proxy sharing the store "+
+		"so that each keeps a tunnel to each proxy (several proxies behind a load balancer; the serving certificate must carry the name workers enrolled with); "+
+		"default: none, workers use only the address they enrolled with")
 	f.StringSlice("clusters", nil, "cluster names offered to policy for limen kube ls")
 	f.Duration("grant-ttl", proxy.DefaultGrantTTL, "longest life of a grant: a stream (exec, port-forward, watch) ends when its grant expires; never past the user's certificate")
 	f.StringSlice("cluster-label", nil, "label the policy sees for a cluster, NAME:KEY=VALUE (repeatable; workers must agree)")
@@ -120,7 +127,7 @@ func loadProxyConfig(cmd *cobra.Command) (proxyConfig, error) {
 		UserCertTTL: v.GetDuration("user-cert-ttl"), WorkerCertTTL: v.GetDuration("worker-cert-ttl"),
 		CACert: v.GetString("ca-cert"), CAKey: v.GetString("ca-key"), TLSCert: v.GetString("tls-cert"), TLSKey: v.GetString("tls-key"),
 		ServerNames: v.GetStringSlice("server-name"), Clusters: v.GetStringSlice("clusters"),
-		GrantTTL: v.GetDuration("grant-ttl"),
+		GrantTTL: v.GetDuration("grant-ttl"), PeerAddress: v.GetString("peer-address"),
 		Limits: proxy.Limits{
 			HandshakeTimeout: v.GetDuration("tls-handshake-timeout"), ReadHeaderTimeout: v.GetDuration("read-header-timeout"),
 			ReadTimeout: v.GetDuration("read-timeout"), WriteTimeout: v.GetDuration("write-timeout"),
@@ -171,6 +178,11 @@ func (c proxyConfig) validate() error {
 	for _, n := range c.ServerNames {
 		if net.ParseIP(n) == nil && !validDNSName(n) {
 			return fmt.Errorf("server-name %q: want a DNS name (letters, digits, '-', '.') or an IP address", n)
+		}
+	}
+	if c.PeerAddress != "" {
+		if err := tunnel.ValidPeerAddr(c.PeerAddress); err != nil {
+			return fmt.Errorf("peer-address: %w; want the HOST:PORT workers dial to reach this proxy, such as 10.0.0.5:8443", err)
 		}
 	}
 	for _, n := range c.Clusters {
@@ -241,7 +253,7 @@ func (c proxyConfig) gateway(popts policy.Options, log *slog.Logger) proxy.Confi
 		Clusters: c.Clusters, ClusterLabels: c.ClusterLabels, GrantTTL: c.GrantTTL,
 		Limits: c.Limits, ShutdownTimeout: c.ShutdownTimeout, AuditMaxBytes: c.Storage.AuditMaxBytes, RecordingStoreMaxBytes: c.Storage.RecordingStoreMaxBytes,
 		RecordingStore: c.Storage.RecordingStore, RecordingRetention: c.Storage.RecordingRetention,
-		Policy: popts, Logger: log, OIDC: c.OIDC, CIIssuers: c.CIIssuers, ConsoleOIDCRedirectURL: c.ConsoleOIDCRedirect,
+		Policy: popts, Logger: log, OIDC: c.OIDC, CIIssuers: c.CIIssuers, ConsoleOIDCRedirectURL: c.ConsoleOIDCRedirect, PeerAddress: c.PeerAddress,
 	}
 }
 

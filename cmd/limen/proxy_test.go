@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/limenhq/limen/gateway/policy"
 	"github.com/limenhq/limen/gateway/proxy"
 )
 
@@ -43,6 +44,13 @@ func TestProxyConfig(t *testing.T) {
 			}
 		}},
 		{name: "worker ttl", args: []string{"--data-dir", dir, "--worker-cert-ttl", "1m"}, want: "worker-cert-ttl"},
+		{name: "bad peer address", args: []string{"--data-dir", dir, "--peer-address", "https://10.0.0.5:8443"}, want: "peer-address"},
+		{name: "peer address without port", env: map[string]string{"LIMEN_PEER_ADDRESS": "10.0.0.5"}, args: []string{"--data-dir", dir}, want: "peer-address"},
+		{name: "peer address from env", env: map[string]string{"LIMEN_PEER_ADDRESS": "proxy-0.limen:8443"}, args: []string{"--data-dir", dir}, check: func(t *testing.T, c proxyConfig) {
+			if c.PeerAddress != "proxy-0.limen:8443" || c.gateway(policy.Options{}, nil).PeerAddress != "proxy-0.limen:8443" {
+				t.Errorf("peer address %q", c.PeerAddress)
+			}
+		}},
 		{name: "yaml", args: []string{"--config", yaml}, check: func(t *testing.T, c proxyConfig) {
 			if c.DataDir != "/from/yaml" || c.UserCertTTL != 2*time.Hour || c.Listen != "127.0.0.1:9000" {
 				t.Errorf("yaml %+v", c)

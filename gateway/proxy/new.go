@@ -87,6 +87,15 @@ type Config struct {
 	// offers sign-in through OIDC only when it is set, and never derives
 	// it from a request's Host.
 	ConsoleOIDCRedirectURL string
+	// Peers is where the proxies that share a store find each other
+	// (peers.go); nil is this proxy alone. PeerAddress is the host:port
+	// workers dial to reach this proxy directly ("" advertises none: workers
+	// reach it only through their enrolled address). PeerHeartbeat and
+	// PeerTTL are how often the proxy beats and how long a beat keeps a proxy
+	// live (0: tunnel.DefaultPeerHeartbeat, tunnel.DefaultPeerTTL).
+	Peers                  tunnel.Peers
+	PeerAddress            string
+	PeerHeartbeat, PeerTTL time.Duration
 }
 
 func (c Config) now() func() time.Time {
@@ -128,6 +137,8 @@ type Server struct {
 	recordings *recstore.Store
 	retention  *recstore.Retention
 	control    *workerRouter
+	peers      *tunnel.Announcer
+	ready      []readyCheck
 	admin      *adminapi.Handler
 	limits     Limits
 	shutdown   time.Duration
@@ -201,6 +212,9 @@ func New(ctx context.Context, c Config) (_ *Server, err error) {
 	s.Mux.Handle("/", http.HandlerFunc(notRouted))
 	s.Mux.Handle("GET "+PathAccess, s.Kube.AccessHandler(s.Kube.Authenticate))
 	s.handleControl()
+	if err := s.newAnnouncer(c); err != nil {
+		return nil, err
+	}
 	s.handleHealth()
 	if err := s.mountAPIs(c); err != nil {
 		return nil, err
@@ -374,6 +388,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	if s.retention != nil {
 		wg.Go(func() { s.retention.Run(ctx) })
 	}
+	wg.Go(func() { s.peers.Run(ctx) })
 	p := &port{TLS: s.CA.ServerTLSConfig(), Kube: s.Kube, ServerCluster: s.Kube.ServerCluster, Handler: s.Mux, Tunnel: s.Tunnel, Limits: s.limits,
 		WorkerCluster: s.CA.ClusterFromChains, ShutdownTimeout: s.shutdown, EndSessions: s.endSessions, Logger: s.log}
 	return p.Serve(ctx, ln)

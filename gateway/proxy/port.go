@@ -128,12 +128,15 @@ func (s *port) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	perIP := newIPLimiter(lim.MaxConnsPerIP)
 	refused := &sampledLog{log: s.Logger, every: 10 * time.Second}
-	// Worker tunnels outlive ctx by the drain: the workers' session.end
-	// events and recordings still come in on them.
-	tunnels, closeTunnels := context.WithCancel(context.WithoutCancel(ctx))
-	defer closeTunnels()
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	// Worker tunnels outlive ctx by the drain: the workers' session.end
+	// events and recordings still come in on them. They close once Serve
+	// returns, before the wait for their goroutines above (deferred
+	// earlier, so run later): the other order waits forever for a worker
+	// that is still connected.
+	tunnels, closeTunnels := context.WithCancel(context.WithoutCancel(ctx))
+	defer closeTunnels()
 	wg.Go(func() { _ = srv.Serve(httpConns) })
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()

@@ -43,9 +43,25 @@ type Client struct {
 	// HealthyAfter is how long a session must last to reset the delay.
 	MinBackoff, MaxBackoff, HealthyAfter time.Duration
 
+	// startDelay, when set, is waited before the first dial (Pool: a new
+	// peer's tunnels spread over a window instead of arriving at once);
+	// onDown runs after each session that passed the hello ends (Pool).
+	startDelay time.Duration
+	onDown     func()
+
 	mu   sync.Mutex
 	ctrl *control       // current session's control stream, nil when down
 	sess *yamux.Session // current session, nil when down
+}
+
+// originKey is the context key under which a session's contexts (those
+// of Handler, OnMessage and OnConnect) carry their Client, so that a Pool
+// answers on the tunnel a message came from.
+type originKey struct{}
+
+func origin(ctx context.Context) *Client {
+	c, _ := ctx.Value(originKey{}).(*Client)
+	return c
 }
 
 // Run keeps the tunnel up until ctx ends, reconnecting with backoff, and
@@ -60,6 +76,15 @@ func (c *Client) Run(ctx context.Context) error {
 	healthy := orDefault(c.HealthyAfter, DefaultHealthyAfter)
 	var handlers sync.WaitGroup
 	defer handlers.Wait()
+	if c.startDelay > 0 {
+		t := time.NewTimer(c.startDelay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
 	for {
 		start := time.Now()
 		err := c.session(ctx, log, &handlers)
@@ -165,7 +190,7 @@ func (c *Client) session(ctx context.Context, log *slog.Logger, handlers *sync.W
 		return fmt.Errorf("yamux: %w", err)
 	}
 	defer sess.Close()
-	ctx, cancel := context.WithCancelCause(ctx)
+	ctx, cancel := context.WithCancelCause(context.WithValue(ctx, originKey{}, c))
 	defer cancel(nil)
 	stop := context.AfterFunc(ctx, func() { _ = sess.Close() })
 	defer stop()
@@ -174,8 +199,11 @@ func (c *Client) session(ctx context.Context, log *slog.Logger, handlers *sync.W
 	if err != nil {
 		return err
 	}
-	log = log.With("session", ack.SessionID)
+	log = log.With("session", ack.SessionID, "proxy_id", ack.ProxyID)
 	log.Info("tunnel: connected")
+	if c.onDown != nil {
+		defer c.onDown() // after the session is no longer current
+	}
 	c.setCurrent(ctrl, sess)
 	defer c.setCurrent(nil, nil)
 

@@ -170,12 +170,21 @@ type Hello struct {
 	Cluster  string `json:"cluster"`
 	WorkerID string `json:"worker_id"`
 	Version  string `json:"version"`
+	// Link names the tunnel among the worker's tunnels: the address it
+	// dialed. A worker keeps one tunnel per proxy address (Pool), and two
+	// of them may land on the same proxy (through the load balancer and
+	// directly); the proxy replaces a session only by one of the same
+	// worker and link. Empty for a worker with a single tunnel.
+	Link string `json:"link,omitempty"`
 }
 
 // HelloAck is the proxy's answer to an accepted Hello.
 type HelloAck struct {
 	// SessionID is the proxy's name for this connection, for correlating logs.
 	SessionID string `json:"session_id"`
+	// ProxyID names the proxy process that accepted the tunnel (Server.ID),
+	// for the worker's logs; empty when the proxy has none.
+	ProxyID string `json:"proxy_id,omitempty"`
 }
 
 // Refusal is the body of a TypeRefused message, sent by the proxy before it
@@ -189,9 +198,9 @@ const maxHelloField = 253
 
 func (h Hello) validate() error {
 	for _, f := range []struct{ name, v string }{
-		{"cluster", h.Cluster}, {"worker_id", h.WorkerID}, {"version", h.Version},
+		{"cluster", h.Cluster}, {"worker_id", h.WorkerID}, {"version", h.Version}, {"link", h.Link},
 	} {
-		if f.name != "version" && f.v == "" {
+		if f.name != "version" && f.name != "link" && f.v == "" {
 			return fmt.Errorf("%w: hello %s is empty", ErrBadMessage, f.name)
 		}
 		if len(f.v) > maxHelloField {

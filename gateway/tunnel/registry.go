@@ -11,10 +11,13 @@ import (
 	"sync"
 )
 
-// add registers w. An older session of the same worker is closed: a
-// worker that reconnects has lost its previous session, which would
-// otherwise linger until its heartbeats time out and fail requests sent to
-// it meanwhile.
+// add registers w. An older session of the same worker and link is
+// closed: a worker that reconnects has lost its previous session, which
+// would otherwise linger until its heartbeats time out and fail requests
+// sent to it meanwhile. Sessions of the same worker on other links stay: a
+// worker with a tunnel through the load balancer and one dialed directly
+// may reach this proxy twice, and closing either would only make it dial
+// again and close the other in turn.
 func (s *Server) add(w *Worker, log *slog.Logger) {
 	s.mu.Lock()
 	if s.byCluster == nil {
@@ -23,7 +26,7 @@ func (s *Server) add(w *Worker, log *slog.Logger) {
 	c := w.info.Cluster
 	var stale []*Worker
 	for _, x := range s.byCluster[c] {
-		if x.info.WorkerID == w.info.WorkerID {
+		if x.info.WorkerID == w.info.WorkerID && x.info.Link == w.info.Link {
 			stale = append(stale, x)
 		}
 	}

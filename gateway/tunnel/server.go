@@ -21,6 +21,8 @@ import (
 type Server struct {
 	// Logger receives connection events; nil discards them.
 	Logger *slog.Logger
+	// ID names this proxy process to the workers (HelloAck.ProxyID).
+	ID string
 	// Timing tunes heartbeats and timeouts.
 	Timing Timing
 	// OnConnect runs once per accepted worker, after the worker is
@@ -53,9 +55,12 @@ type Server struct {
 // WorkerInfo describes one connected worker session.
 type WorkerInfo struct {
 	// SessionID names this connection; it changes on every reconnect.
-	SessionID   string
-	Cluster     string
-	WorkerID    string
+	SessionID string
+	Cluster   string
+	WorkerID  string
+	// Link is the worker's name for this tunnel among its tunnels
+	// (Hello.Link).
+	Link        string
 	Version     string
 	RemoteAddr  string
 	ConnectedAt time.Time
@@ -243,11 +248,12 @@ func (s *Server) handshake(ctx context.Context, sess *yamux.Session, t Timing, c
 		SessionID:   rand.Text(),
 		Cluster:     cluster,
 		WorkerID:    hello.WorkerID,
+		Link:        hello.Link,
 		Version:     hello.Version,
 		RemoteAddr:  sess.RemoteAddr().String(),
 		ConnectedAt: time.Now(),
 	}}
-	ack, err := NewMessage(TypeHelloAck, HelloAck{SessionID: w.info.SessionID})
+	ack, err := NewMessage(TypeHelloAck, HelloAck{SessionID: w.info.SessionID, ProxyID: s.ID})
 	if err != nil {
 		return nil, err
 	}

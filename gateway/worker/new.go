@@ -65,8 +65,9 @@ type Config struct {
 type Server struct {
 	// Handler serves each request stream the proxy opens.
 	Handler *Handler
-	// Tunnel is the worker's connection to the proxy.
-	Tunnel   *tunnel.Client
+	// Tunnel is the worker's connections to the proxies: the enrolled
+	// address, and each proxy the proxies advertise (tunnel.Pool).
+	Tunnel   *tunnel.Pool
 	Policy   *policy.Engine
 	Sessions *sessions.Registry
 
@@ -137,13 +138,16 @@ func New(ctx context.Context, c Config) (_ *Server, err error) {
 		handover: max(cmp.Or(c.Handover, DefaultHandover), 0),
 		Sessions: sessions.New(sessions.Config{Locks: set, Logger: log.With("component", "sessions")})}
 	router := newProxyRouter(log)
-	s.Tunnel = &tunnel.Client{
+	// The same certificate and pinned CA for every proxy: they share the
+	// CA and the grant key, and their serving certificate carries the
+	// enrolled name, which TLSConfig verifies whatever address is dialed.
+	s.Tunnel = &tunnel.Pool{
 		Addr: id.Proxy, TLSConfig: id.TLSConfig(),
 		Hello:     tunnel.Hello{Cluster: id.Cluster, WorkerID: workerID(c.DataDir), Version: buildinfo.Version},
 		Logger:    log.With("component", "tunnel"),
 		OnMessage: router.onMessage,
-		OnConnect: func(context.Context, tunnel.HelloAck) {
-			log.Info("connected to proxy", "proxy", id.Proxy, "cluster", id.Cluster)
+		OnConnect: func(_ context.Context, ack tunnel.HelloAck) {
+			log.Info("connected to proxy", "proxy", id.Proxy, "proxy_id", ack.ProxyID, "cluster", id.Cluster)
 		},
 	}
 	s.uploader = NewUploader(spool, s.Tunnel, s.Tunnel.Connected, log.With("component", "upload"))

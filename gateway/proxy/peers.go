@@ -1,0 +1,50 @@
+package proxy
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"os"
+
+	"github.com/limenhq/limen/gateway/tunnel"
+)
+
+// Several proxies on one store (issue #28): every worker keeps a tunnel to
+// every live proxy, so a request landing on any proxy reaches every
+// connected cluster with no hop between proxies, and a proxy's death takes
+// only its own tunnels. The proxy beats in Config.Peers, reads back the
+// live proxies, and tells its workers where to dial them (tunnel.Announcer);
+// a worker told nothing keeps only the tunnel to its enrolled address.
+
+// newAnnouncer builds the proxy's peer announcer and registers it on the
+// worker tunnels: each worker hears the live proxies when it connects.
+func (s *Server) newAnnouncer(c Config) error {
+	if c.PeerAddress != "" {
+		if err := tunnel.ValidPeerAddr(c.PeerAddress); err != nil {
+			return fmt.Errorf("peer-address: %w", err)
+		}
+	}
+	peers := c.Peers
+	if peers == nil {
+		// One proxy: the list is this proxy alone (with its address when
+		// --peer-address is set).
+		peers = &tunnel.MemPeers{TTL: c.PeerTTL}
+	}
+	s.Tunnel.ID = proxyID()
+	s.peers = &tunnel.Announcer{Peers: peers, Self: tunnel.Peer{ID: s.Tunnel.ID, Addr: c.PeerAddress},
+		Server: s.Tunnel, Interval: c.PeerHeartbeat, Stale: c.PeerTTL, Logger: s.log.With("component", "peers")}
+	s.control.connect(func(ctx context.Context, w workerConn) error { return s.peers.OnConnect(ctx, w) })
+	s.readyCheck("peers", func(context.Context) error { return s.peers.Ready() })
+	return nil
+}
+
+// proxyID names this proxy process among its peers: its host name (a pod
+// name under Kubernetes) and a random suffix, since two processes may
+// share a host.
+func proxyID() string {
+	host, _ := os.Hostname()
+	if host == "" {
+		host = "proxy"
+	}
+	return host + "-" + rand.Text()[:8]
+}
