@@ -43,6 +43,8 @@ type proxyConfig struct {
 	// and keyless bot logins (proxy_identity.go).
 	OIDC      *oidc.ProviderConfig
 	CIIssuers []proxy.CIIssuer
+	// Database is the shared store (database.go); zero: SQLite in DataDir.
+	Database databaseConfig
 }
 
 func newProxyCmd() *cobra.Command {
@@ -95,6 +97,7 @@ cannot fill the audit store.`,
 	f.Int("max-conns-per-ip", lim.MaxConnsPerIP, "most open connections from one client address, worker tunnels included; more are closed at once (and logged, at most every 10s)")
 	f.Duration("denied-audit-interval", lim.DeniedInterval, "refusals of clients without a valid certificate are stored as one auth.denied per address and kind per interval, with a count")
 	addProxyStorageFlags(f)
+	addDatabaseFlags(f)
 	addShutdownFlags(f, proxy.DefaultShutdownTimeout, false)
 	addIdentityFlags(f)
 	addPolicyFlags(f)
@@ -132,6 +135,9 @@ func loadProxyConfig(cmd *cobra.Command) (proxyConfig, error) {
 		return c, err
 	}
 	if c.OIDC, c.CIIssuers, err = loadIdentity(v); err != nil {
+		return c, err
+	}
+	if c.Database, err = loadDatabaseConfig(v); err != nil {
 		return c, err
 	}
 	return c, c.validate()
@@ -193,8 +199,13 @@ func runProxy(cmd *cobra.Command, _ []string) error {
 	defer stopTelemetry(tel, log)
 	pc := c.gateway(popts, log)
 	_, pc.Metrics = hooks(v, tel)
+	if pc.Store, err = c.Database.backend(cmd.Context(), c.DataDir); err != nil {
+		return err
+	}
+	log.Info("store", "engine", pc.Store.Engine())
 	s, err := proxy.New(cmd.Context(), pc)
 	if err != nil {
+		pc.Store.Close()
 		return err
 	}
 	defer s.Close()

@@ -27,6 +27,8 @@ import (
 	"github.com/limenhq/limen/gateway/policy"
 	"github.com/limenhq/limen/gateway/recstore"
 	"github.com/limenhq/limen/gateway/sessions"
+	"github.com/limenhq/limen/gateway/store"
+	"github.com/limenhq/limen/gateway/store/sqlite"
 	"github.com/limenhq/limen/gateway/telemetry"
 	"github.com/limenhq/limen/gateway/tunnel"
 	"github.com/limenhq/limen/gateway/users"
@@ -36,9 +38,14 @@ import (
 // from flags, the environment and the config file, and validates it with
 // errors that name the keys; New checks only what it must to build.
 type Config struct {
-	// DataDir holds the CA, the stores (users, tokens, audit, locks,
-	// recordings) and, by default, the policy's last good bundle.
+	// DataDir holds the CA, the recordings, by default the policy's last
+	// good bundle and, unless Store is set, the stores (users, bots,
+	// tokens, audit, locks) as SQLite files.
 	DataDir string
+	// Store is where users, bots, tokens, locks and the audit trail are
+	// kept (gateway/store: the shared PostgreSQL database of several
+	// proxies); nil means SQLite files in DataDir. The Server closes it.
+	Store store.Backend
 	// CA configures the certificate authority; its DataDir and Logger are
 	// filled from the Config.
 	CA ca.Options
@@ -112,12 +119,16 @@ type Server struct {
 	ci   []authapi.CIIssuer
 
 	recordings *recstore.Store
-	control    *workerRouter
-	admin      *adminapi.Handler
-	limits     Limits
-	shutdown   time.Duration
-	metrics    *telemetry.Metrics
-	log        *slog.Logger
+	// store is the backend the stores above are opened from; tokenDB the
+	// token driver, until the token store takes it.
+	store    store.Backend
+	tokenDB  store.Tokens
+	control  *workerRouter
+	admin    *adminapi.Handler
+	limits   Limits
+	shutdown time.Duration
+	metrics  *telemetry.Metrics
+	log      *slog.Logger
 }
 
 // New opens the data directory and builds the proxy: CA, stores, policy,
@@ -148,7 +159,11 @@ func New(ctx context.Context, c Config) (_ *Server, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("policy: %w", err)
 	}
-	s := &Server{CA: authority, Policy: pol, Mux: http.NewServeMux(), log: log, control: newWorkerRouter(log), metrics: c.Metrics}
+	s := &Server{CA: authority, Policy: pol, Mux: http.NewServeMux(), log: log, control: newWorkerRouter(log), metrics: c.Metrics,
+		store: c.Store}
+	if s.store == nil {
+		s.store = sqlite.New(c.DataDir)
+	}
 	defer func() {
 		if err != nil {
 			s.Close()
@@ -156,23 +171,19 @@ func New(ctx context.Context, c Config) (_ *Server, err error) {
 	}()
 	s.Tunnel = &tunnel.Server{Logger: log.With("component", "tunnel"),
 		OnMessage: s.control.onMessage, OnConnect: s.control.onConnect, OnStream: s.control.onStream}
-	if s.Audit, err = audit.Open(ctx, audit.Path(c.DataDir), audit.Options{MaxBytes: c.AuditMaxBytes, Logger: log,
-		OnCommit: func(d time.Duration) { c.Metrics.AuditCommit(context.Background(), d) }}); err != nil {
-		return nil, fmt.Errorf("audit store: %w", err)
+	if err := s.openStores(ctx, c); err != nil {
+		return nil, err
 	}
 	s.limits, s.shutdown = c.Limits.orDefault(), c.ShutdownTimeout
 	s.Denials = audit.NewAggregator(s.Audit, audit.AggregatorOptions{Interval: s.limits.DeniedInterval,
 		Logger: log.With("component", "audit")})
-	if s.Users, err = users.Open(users.Path(c.DataDir), users.Options{}); err != nil {
-		return nil, err
-	}
-	if s.Tokens, err = enroll.OpenTokenStore(enroll.TokenStorePath(c.DataDir), enroll.TokenStoreOptions{Audit: s.Denials}); err != nil {
+	if s.Tokens, err = enroll.NewTokenStore(s.tokenDB, enroll.TokenStoreOptions{Audit: s.Denials}); err != nil {
 		return nil, err
 	}
 	if s.recordings, err = recstore.OpenLimit(recstore.Path(c.DataDir), c.RecordingStoreMaxBytes); err != nil {
 		return nil, err
 	}
-	if err := s.openLocks(ctx, c.DataDir); err != nil {
+	if err := s.openLocks(ctx); err != nil {
 		return nil, err
 	}
 	if err := s.openIdentity(ctx, c); err != nil {
@@ -192,15 +203,41 @@ func New(ctx context.Context, c Config) (_ *Server, err error) {
 	return s, nil
 }
 
+// openStores opens the audit trail and the user directory from the store
+// backend, and the token driver New builds the token store on.
+func (s *Server) openStores(ctx context.Context, c Config) error {
+	adb, err := s.store.Audit(ctx, false)
+	if err != nil {
+		return fmt.Errorf("audit store: %w", err)
+	}
+	if s.Audit, err = audit.New(ctx, adb, audit.Options{MaxBytes: c.AuditMaxBytes, Logger: s.log,
+		OnCommit: func(d time.Duration) { c.Metrics.AuditCommit(context.Background(), d) }}); err != nil {
+		adb.Close()
+		return fmt.Errorf("audit store: %w", err)
+	}
+	udb, err := s.store.Users(ctx)
+	if err != nil {
+		return err
+	}
+	if s.Users, err = users.New(udb, users.Options{}); err != nil {
+		udb.Close()
+		return err
+	}
+	if s.tokenDB, err = s.store.Tokens(ctx); err != nil {
+		return err
+	}
+	return nil
+}
+
 // openLocks opens the lock store, loads the locks in force, and starts the
 // session registry that ends a locked user's streams.
-func (s *Server) openLocks(ctx context.Context, dataDir string) error {
-	store, err := locks.Open(ctx, locks.Path(dataDir))
+func (s *Server) openLocks(ctx context.Context) error {
+	ldb, err := s.store.Locks(ctx)
 	if err != nil {
 		return fmt.Errorf("lock store: %w", err)
 	}
-	s.Locks, s.LockSet = store, locks.NewSet()
-	all, err := store.List(ctx, time.Now())
+	s.Locks, s.LockSet = locks.New(ldb), locks.NewSet()
+	all, err := s.Locks.List(ctx, time.Now())
 	if err != nil {
 		return fmt.Errorf("lock store: %w", err)
 	}
@@ -367,6 +404,12 @@ func (s *Server) Close() {
 	}
 	if s.Policy != nil {
 		s.Policy.Close()
+	}
+	if s.tokenDB != nil && s.Tokens == nil {
+		s.tokenDB.Close()
+	}
+	if s.store != nil {
+		s.store.Close()
 	}
 }
 

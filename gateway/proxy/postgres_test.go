@@ -1,0 +1,82 @@
+package proxy_test
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/limenhq/limen/gateway/audit"
+	"github.com/limenhq/limen/gateway/proxy"
+	"github.com/limenhq/limen/gateway/store/postgres"
+	pgtest "github.com/limenhq/limen/test/postgres"
+)
+
+// TestProxyOnPostgresFailsClosed: a proxy whose store is a real PostgreSQL
+// (the enrollment token, the audit trail) serves requests; with the
+// database stopped, a request is answered 503 and the worker's response is
+// never relayed; once the database is back, requests succeed again without
+// a restart, and every request a client saw succeed is in the audit trail.
+func TestProxyOnPostgresFailsClosed(t *testing.T) {
+	srv := pgtest.Start(t)
+	url := srv.Database(t)
+	ctx := context.Background()
+	e := startHostile(t, map[string]func(*hostileStream){
+		"honest": func(s *hostileStream) { s.reply(s.honest()) },
+	}, func(c *proxy.Config) {
+		b, err := postgres.Open(ctx, postgres.Config{URL: url})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Store = b
+	})
+	succeeded := 0
+	get := func() (int, string) {
+		t.Helper()
+		code, body, err := e.get(ctx, "honest", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code == http.StatusOK {
+			succeeded++
+		}
+		return code, body
+	}
+	if code, body := get(); code != http.StatusOK || body != "forged!\n" {
+		t.Fatalf("with the database up: %d %q", code, body)
+	}
+
+	srv.Stop()
+	for range 3 {
+		code, body := get()
+		if code != http.StatusServiceUnavailable || strings.Contains(body, "forged") {
+			t.Fatalf("with the database down: %d %q, want 503 and nothing of the worker's response", code, body)
+		}
+		t.Logf("database down: %d %s", code, strings.TrimSpace(body))
+	}
+
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		code, body := get()
+		if code == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("database back for 20s, still %d %q", code, body)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	requests := 0
+	for _, ev := range e.reported(t) {
+		if ev.Type == audit.TypeKubeRequest {
+			requests++
+		}
+	}
+	if requests != succeeded {
+		t.Fatalf("%d kube.request events stored for %d requests that succeeded", requests, succeeded)
+	}
+}
