@@ -44,18 +44,38 @@ func TestDatabaseConfig(t *testing.T) {
 	}
 }
 
-// TestCLIOnPostgres: with LIMEN_DATABASE_URL the proxy, limen users
-// --local and limen audit search all use the one PostgreSQL database: the
-// first admin made with --local logs in through the proxy, a user the
-// proxy adds is listed by --local from another host's empty data
-// directory, the change is found by audit search (flag, environment and
-// config file key alike), and no SQLite store is created.
+// TestCLIOnPostgres: with LIMEN_DATABASE_URL and a shared --ca-dir, two
+// proxies, limen users --local and limen audit search all use the one
+// PostgreSQL database: the first admin made with --local logs in through
+// either proxy, which print one CA fingerprint; a user added through one
+// proxy is listed by the other and by --local from another host's empty
+// data directory; the change is found by audit search (flag, environment
+// and config file key alike), and no SQLite store is created.
 func TestCLIOnPostgres(t *testing.T) {
 	srv := pgtest.Start(t)
 	url := srv.Database(t)
-	h := newHarnessEnv(t, "LIMEN_DATABASE_URL="+url)
+	keys := filepath.Join(t.TempDir(), "ca")
+	kh := &harness{t: t, home: t.TempDir()}
+	if out := kh.ok("keys init", "proxy", "keys", "init", "--ca-dir", keys); !strings.Contains(out, "CA fingerprint: sha256:") {
+		t.Fatalf("keys init: %q", out)
+	}
+	env := []string{"LIMEN_DATABASE_URL=" + url, "LIMEN_CA_DIR=" + keys}
+	// Without the shared keys, a proxy on a database refuses to start.
+	if msg := (&harness{t: t, home: t.TempDir(), extra: env[:1]}).fails("proxy", "--data-dir", t.TempDir()); !strings.Contains(msg, "ca-dir: required with database-url") {
+		t.Fatalf("proxy on a database without ca-dir: %q", msg)
+	}
+	h := newHarnessEnv(t, env...)
 	h.login("root", adminPassword)
 	h.ok("add", "users", "add", "carol", "--password-stdin", "carol-password\n")
+	b := &harness{t: t, home: filepath.Join(t.TempDir(), "home"), data: filepath.Join(t.TempDir(), "data"), extra: env}
+	b.startProxy()
+	if b.fp != h.fp {
+		t.Fatalf("the proxies print fingerprints %s and %s: they must share one CA", h.fp, b.fp)
+	}
+	b.login("root", adminPassword)
+	if out := b.ok("ls through the other proxy", "users", "ls"); !strings.Contains(out, "carol") {
+		t.Fatalf("users ls through the second proxy: %q", out)
+	}
 	elsewhere := t.TempDir()
 	if out := h.ok("ls", "users", "ls", "--local", "--data-dir", elsewhere); !strings.Contains(out, "carol") || !strings.Contains(out, "root") {
 		t.Fatalf("users ls --local on the database: %q", out)

@@ -66,6 +66,14 @@ func newHarnessEnv(t *testing.T, extra ...string) *harness {
 	t.Helper()
 	h := &harness{t: t, home: filepath.Join(t.TempDir(), "home"), data: filepath.Join(t.TempDir(), "data"), extra: extra}
 	h.ok("", "users", "add", "root", "--local", "--data-dir", h.data, "--trait", "groups=admins", "--password-stdin", adminPassword+"\n")
+	h.startProxy()
+	return h
+}
+
+// startProxy starts `limen proxy` on h.data and waits for it to listen.
+func (h *harness) startProxy() {
+	t := h.t
+	t.Helper()
 	cmd := exec.Command(limenBin, "proxy", "--listen", "127.0.0.1:0", "--data-dir", h.data, "--clusters", "prod,staging")
 	cmd.Env = h.env()
 	out, err := cmd.StdoutPipe()
@@ -95,7 +103,6 @@ func newHarnessEnv(t *testing.T, extra ...string) *harness {
 		t.Fatalf("proxy did not start: %s", stderr.String())
 	}
 	go io.Copy(io.Discard, out)
-	return h
 }
 
 func (h *harness) env() []string {
