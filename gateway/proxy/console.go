@@ -103,8 +103,13 @@ func (s *Server) mountConsole(c Config) error {
 	if s.OIDC != nil {
 		signInOIDC = func(redirect string) console.OIDCFlow { return s.OIDC.Flow(redirect) }
 	}
+	signIns, err := s.store.SignIns(context.Background())
+	if err != nil {
+		return fmt.Errorf("console sign-ins: %w", err)
+	}
 	h, err := console.New(console.Config{
-		Users: s.Users, Admin: s.Policy, Locks: s.LockSet, Audit: s.Denials, Events: s.Audit,
+		SignIns: signIns,
+		Users:   s.Users, Admin: s.Policy, Locks: s.LockSet, Audit: s.Denials, Events: s.Audit,
 		Recordings: s.recordings, Sessions: s.Sessions, Control: s.admin,
 		PolicyStatus: func(ctx context.Context) []console.PolicyHop { return s.policyStatus(ctx, b) },
 		Observe: func(ctx context.Context, info sessions.Info) (io.ReadCloser, error) {

@@ -41,6 +41,8 @@ type Backend interface {
 	// Audit opens the audit trail; readOnly opens it for searching only
 	// (limen audit search), and fails when there is none.
 	Audit(ctx context.Context, readOnly bool) (Audit, error)
+	// SignIns opens the console's sign-ins.
+	SignIns(ctx context.Context) (SignIns, error)
 	// Engine names the engine ("sqlite", "postgres") for logs and doctor.
 	Engine() string
 	Close() error
@@ -152,6 +154,30 @@ type Locks interface {
 	// List deletes the locks expired at nowNS and returns the others,
 	// ordered by kind and name.
 	List(ctx context.Context, nowNS int64) ([]LockRecord, error)
+	Close() error
+}
+
+// SignInRecord is one signed-in browser of the console, by the SHA-256 of
+// its cookie (hex), so that the store holds no usable credential.
+type SignInRecord struct {
+	Digest string
+	// Principal is the signed-in principal's JSON.
+	Principal string
+	CSRF      string
+	Expires   int64 // Unix nanoseconds
+	// Local marks a local user's sign-in (by password).
+	Local bool
+}
+
+// SignIns stores the console's sign-ins: shared, so that a browser signed
+// in through one proxy is signed in at every proxy behind the balancer.
+type SignIns interface {
+	// Put stores s and deletes the sign-ins expired at nowNS.
+	Put(ctx context.Context, s SignInRecord, nowNS int64) error
+	// Get returns the sign-in of digest unless it expired at nowNS (and
+	// deletes the expired ones); ErrNotFound otherwise.
+	Get(ctx context.Context, digest string, nowNS int64) (SignInRecord, error)
+	Delete(ctx context.Context, digest string) error
 	Close() error
 }
 

@@ -122,6 +122,7 @@ var domains = []struct {
 	{"tokens", tokensMigrations},
 	{"locks", locksMigrations},
 	{"audit", auditMigrations},
+	{"signins", signinsMigrations},
 }
 
 // migrate applies the missing migrations of every domain while holding

@@ -34,9 +34,10 @@ const (
 
 // Backend opens the domains' files in one data directory.
 type Backend struct {
-	dir    string
-	mu     sync.Mutex
-	closes []func() error
+	dir     string
+	mu      sync.Mutex
+	closes  []func() error
+	signins *store.MemorySignIns
 }
 
 var _ store.Backend = (*Backend)(nil)
@@ -96,6 +97,17 @@ func (b *Backend) Audit(ctx context.Context, readOnly bool) (store.Audit, error)
 		b.track(s.Close)
 	}
 	return s, err
+}
+
+// SignIns are the console's sign-ins, in memory (store.MemorySignIns): one
+// set per Backend.
+func (b *Backend) SignIns(context.Context) (store.SignIns, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.signins == nil {
+		b.signins = store.NewMemorySignIns()
+	}
+	return b.signins, nil
 }
 
 // Close closes every file the Backend opened.

@@ -49,6 +49,7 @@ func Run(t *testing.T, open Opener) {
 		{"AuditGroupCommit", testAuditGroupCommit},
 		{"AuditCursor", testAuditCursor},
 		{"AuditReadOnly", testAuditReadOnly},
+		{"SignIns", testSignIns},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -613,5 +614,37 @@ func testAuditReadOnly(t *testing.T, b store.Backend) {
 	}
 	if err := r.Emit(ctx, kubeEvent("alice", "prod", "get", t0)); !errors.Is(err, audit.ErrUnavailable) {
 		t.Fatalf("emit on a read-only store: %v", err)
+	}
+}
+
+// testSignIns: the console's sign-ins are found by digest until they
+// expire, and gone once deleted (the driver is the portable API here: the
+// console's wrapper only encodes the principal).
+func testSignIns(t *testing.T, b store.Backend) {
+	s := must[store.SignIns](t)(b.SignIns(ctx))
+	now := t0.UnixNano()
+	live := store.SignInRecord{Digest: strings.Repeat("a", 64), Principal: `{"kind":"user","name":"alice"}`, CSRF: "c1",
+		Expires: now + int64(time.Hour), Local: true}
+	short := store.SignInRecord{Digest: strings.Repeat("b", 64), Principal: `{"kind":"user","name":"bob"}`, CSRF: "c2",
+		Expires: now + int64(time.Minute)}
+	for _, r := range []store.SignInRecord{live, short} {
+		if err := s.Put(ctx, r, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, err := s.Get(ctx, live.Digest, now); err != nil || got != live {
+		t.Fatalf("get: %+v %v, want %+v", got, err, live)
+	}
+	if _, err := s.Get(ctx, short.Digest, now+int64(time.Minute)); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("expired sign-in: %v, want ErrNotFound", err)
+	}
+	if _, err := s.Get(ctx, strings.Repeat("c", 64), now); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("unknown sign-in: %v", err)
+	}
+	if err := s.Delete(ctx, live.Digest); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Get(ctx, live.Digest, now); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("signed-out sign-in: %v", err)
 	}
 }
