@@ -18,6 +18,7 @@ import (
 	"github.com/limenhq/limen/gateway/identity"
 	"github.com/limenhq/limen/gateway/policy"
 	"github.com/limenhq/limen/gateway/sessions"
+	"github.com/limenhq/limen/gateway/store/sqlite"
 	"github.com/limenhq/limen/gateway/tunnel"
 )
 
@@ -230,6 +231,16 @@ func (b *consoleBridge) receive(ctx context.Context, w workerConn, conn net.Conn
 func (s *Server) policyStatus(ctx context.Context, b *consoleBridge) []console.PolicyHop {
 	host, _ := os.Hostname()
 	out := []console.PolicyHop{{Hop: "proxy", Name: host, Status: s.Policy.Status()}}
+	if s.store.Engine() != sqlite.Engine {
+		// The proxies of one database: their floor and refusals.
+		hop := console.PolicyHop{Hop: "proxies", Name: "every proxy (shared store)"}
+		if st, err := s.Policy.SharedStatus(ctx); err != nil {
+			hop.Err = err.Error()
+		} else {
+			hop.Status = st
+		}
+		out = append(out, hop)
+	}
 	workers := s.Tunnel.Workers()
 	chans := make([]chan policy.Status, len(workers))
 	b.mu.Lock()

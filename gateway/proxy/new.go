@@ -151,19 +151,28 @@ func New(ctx context.Context, c Config) (_ *Server, err error) {
 	if err != nil {
 		return nil, err
 	}
+	backend := c.Store
+	if backend == nil {
+		backend = sqlite.New(c.DataDir)
+	}
 	popts := c.Policy
 	if popts.Logger == nil {
 		popts.Logger = log
 	}
+	if popts.Shared, err = backend.Policy(ctx); err != nil {
+		backend.Close()
+		return nil, fmt.Errorf("policy floor: %w", err)
+	}
+	if popts.ProxyID == "" {
+		popts.ProxyID, _ = os.Hostname()
+	}
 	pol, err := policy.New(ctx, popts)
 	if err != nil {
+		backend.Close()
 		return nil, fmt.Errorf("policy: %w", err)
 	}
 	s := &Server{CA: authority, Policy: pol, Mux: http.NewServeMux(), log: log, control: newWorkerRouter(log), metrics: c.Metrics,
-		store: c.Store}
-	if s.store == nil {
-		s.store = sqlite.New(c.DataDir)
-	}
+		store: backend}
 	defer func() {
 		if err != nil {
 			s.Close()

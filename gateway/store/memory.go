@@ -47,3 +47,55 @@ func (s *MemorySignIns) Delete(_ context.Context, digest string) error {
 
 // Close keeps the sign-ins: the Backend's set outlives one handler.
 func (s *MemorySignIns) Close() error { return nil }
+
+// MemoryPolicy is a policy floor and refusals kept in memory: the embedded
+// engine's, since one proxy is their only reader and its policy directory
+// persists both already (policy-persist-dir).
+type MemoryPolicy struct {
+	mu       sync.Mutex
+	floor    *FloorRecord
+	refusals []RefusalRecord
+}
+
+// NewMemoryPolicy returns an empty floor.
+func NewMemoryPolicy() *MemoryPolicy { return &MemoryPolicy{} }
+
+func (p *MemoryPolicy) Floor(context.Context) (FloorRecord, bool, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.floor == nil {
+		return FloorRecord{}, false, nil
+	}
+	return *p.floor, true, nil
+}
+
+func (p *MemoryPolicy) RaiseFloor(_ context.Context, f FloorRecord) (FloorRecord, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.floor == nil || p.floor.Key < f.Key {
+		c := f
+		c.Digest = append([]byte(nil), f.Digest...)
+		p.floor = &c
+	}
+	return *p.floor, nil
+}
+
+func (p *MemoryPolicy) AddRefusal(_ context.Context, r RefusalRecord) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.refusals = append(p.refusals, r)
+	return nil
+}
+
+func (p *MemoryPolicy) Refusals(_ context.Context, limit int) ([]RefusalRecord, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []RefusalRecord
+	for i := len(p.refusals) - 1; i >= 0 && len(out) < limit; i-- {
+		out = append(out, p.refusals[i])
+	}
+	return out, nil
+}
+
+// Close keeps the floor: the Backend's outlives one engine.
+func (p *MemoryPolicy) Close() error { return nil }

@@ -41,6 +41,8 @@ type Backend interface {
 	// Audit opens the audit trail; readOnly opens it for searching only
 	// (limen audit search), and fails when there is none.
 	Audit(ctx context.Context, readOnly bool) (Audit, error)
+	// Policy opens the policy revision floor and its refusals.
+	Policy(ctx context.Context) (Policy, error)
 	// SignIns opens the console's sign-ins.
 	SignIns(ctx context.Context) (SignIns, error)
 	// Engine names the engine ("sqlite", "postgres") for logs and doctor.
@@ -154,6 +156,38 @@ type Locks interface {
 	// List deletes the locks expired at nowNS and returns the others,
 	// ordered by kind and name.
 	List(ctx context.Context, nowNS int64) ([]LockRecord, error)
+	Close() error
+}
+
+// FloorRecord is the newest policy bundle revision any proxy verified.
+type FloorRecord struct {
+	// Revision is the bundle revision, an unsigned decimal integer;
+	// Key is it zero-padded to 20 digits, so that keys order as numbers.
+	Revision, Key string
+	// Digest is the SHA-256 of what the bundle activates.
+	Digest []byte
+}
+
+// RefusalRecord is one refused bundle.
+type RefusalRecord struct {
+	TimeNS                 int64
+	Reason, Revision       string
+	Unverified             bool
+	Active, Error, ProxyID string
+}
+
+// Policy stores the policy revision floor every proxy honours (a bundle
+// service may never take the deployment back behind it) and the bundles
+// refused.
+type Policy interface {
+	// Floor returns the stored floor; false when there is none yet.
+	Floor(ctx context.Context) (FloorRecord, bool, error)
+	// RaiseFloor stores f unless the stored floor's Key is at least f's,
+	// and returns the floor stored afterwards.
+	RaiseFloor(ctx context.Context, f FloorRecord) (FloorRecord, error)
+	AddRefusal(ctx context.Context, r RefusalRecord) error
+	// Refusals returns the newest limit refusals, newest first.
+	Refusals(ctx context.Context, limit int) ([]RefusalRecord, error)
 	Close() error
 }
 

@@ -123,6 +123,7 @@ var domains = []struct {
 	{"locks", locksMigrations},
 	{"audit", auditMigrations},
 	{"signins", signinsMigrations},
+	{"policy", policyMigrations},
 }
 
 // migrate applies the missing migrations of every domain while holding

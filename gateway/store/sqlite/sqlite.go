@@ -38,6 +38,7 @@ type Backend struct {
 	mu      sync.Mutex
 	closes  []func() error
 	signins *store.MemorySignIns
+	policy  *store.MemoryPolicy
 }
 
 var _ store.Backend = (*Backend)(nil)
@@ -45,8 +46,11 @@ var _ store.Backend = (*Backend)(nil)
 // New returns the Backend of dataDir; it opens nothing yet.
 func New(dataDir string) *Backend { return &Backend{dir: dataDir} }
 
+// Engine is the engine's name, as Backend.Engine reports it.
+const Engine = "sqlite"
+
 // Engine is "sqlite".
-func (b *Backend) Engine() string { return "sqlite" }
+func (b *Backend) Engine() string { return Engine }
 
 func (b *Backend) track(c func() error) {
 	b.mu.Lock()
@@ -108,6 +112,18 @@ func (b *Backend) SignIns(context.Context) (store.SignIns, error) {
 		b.signins = store.NewMemorySignIns()
 	}
 	return b.signins, nil
+}
+
+// Policy is the policy floor and its refusals, in memory
+// (store.MemoryPolicy): one proxy reads them, and its policy directory
+// persists both already.
+func (b *Backend) Policy(context.Context) (store.Policy, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.policy == nil {
+		b.policy = store.NewMemoryPolicy()
+	}
+	return b.policy, nil
 }
 
 // Close closes every file the Backend opened.

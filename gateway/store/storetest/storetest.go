@@ -50,6 +50,7 @@ func Run(t *testing.T, open Opener) {
 		{"AuditCursor", testAuditCursor},
 		{"AuditReadOnly", testAuditReadOnly},
 		{"SignIns", testSignIns},
+		{"PolicyFloor", testPolicyFloor},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -646,5 +647,45 @@ func testSignIns(t *testing.T, b store.Backend) {
 	}
 	if _, err := s.Get(ctx, live.Digest, now); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("signed-out sign-in: %v", err)
+	}
+}
+
+// testPolicyFloor: the floor only rises, by key (numbers, not strings),
+// also when proxies raise it at once; refusals come back newest first.
+func testPolicyFloor(t *testing.T, b store.Backend) {
+	p := must[store.Policy](t)(b.Policy(ctx))
+	if _, ok, err := p.Floor(ctx); ok || err != nil {
+		t.Fatalf("floor of a new store: %v %v", ok, err)
+	}
+	rec := func(rev string) store.FloorRecord {
+		return store.FloorRecord{Revision: rev, Key: fmt.Sprintf("%020s", rev), Digest: []byte(strings.Repeat(rev[:1], 32))}
+	}
+	var wg sync.WaitGroup
+	for _, rev := range []string{"9", "10", "3", "10", "2"} {
+		wg.Go(func() {
+			if _, err := p.RaiseFloor(ctx, rec(rev)); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	got, err := p.RaiseFloor(ctx, rec("4"))
+	if err != nil || got.Revision != "10" || string(got.Digest) != strings.Repeat("1", 32) {
+		t.Fatalf("raise to 4 after 10: %+v %v, want 10 kept", got, err)
+	}
+	if f, ok, err := p.Floor(ctx); !ok || err != nil || f.Revision != "10" {
+		t.Fatalf("floor: %+v %v %v", f, ok, err)
+	}
+	if got, err = p.RaiseFloor(ctx, rec("11")); err != nil || got.Revision != "11" {
+		t.Fatalf("raise to 11: %+v %v", got, err)
+	}
+	for i, r := range []string{"1", "2", "3"} {
+		if err := p.AddRefusal(ctx, store.RefusalRecord{TimeNS: int64(i), Reason: "rollback", Revision: r, ProxyID: "p" + r}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rs, err := p.Refusals(ctx, 2)
+	if err != nil || len(rs) != 2 || rs[0].Revision != "3" || rs[1].Revision != "2" || rs[0].ProxyID != "p3" {
+		t.Fatalf("refusals: %+v %v, want 3 then 2", rs, err)
 	}
 }
