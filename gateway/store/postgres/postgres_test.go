@@ -146,3 +146,14 @@ func testAuditDown(t *testing.T, srv *pgtest.Server, b *postgres.Backend) {
 		t.Fatalf("stored %d events (%v), want the two emitted while it was up", len(got), err)
 	}
 }
+
+func BenchmarkAuditOverlap(b *testing.B) {
+	srv := pgtest.Start(b)
+	storetest.BenchAuditOverlap(b, func(b *testing.B) store.Backend {
+		be, err := postgres.Open(context.Background(), postgres.Config{URL: srv.Database(b)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return be
+	})
+}

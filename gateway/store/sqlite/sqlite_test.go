@@ -156,3 +156,7 @@ func TestConcurrentOpenMigratesOnce(t *testing.T) {
 		t.Fatalf("user_version %d, want 1", v)
 	}
 }
+
+func BenchmarkAuditOverlap(b *testing.B) {
+	storetest.BenchAuditOverlap(b, func(b *testing.B) store.Backend { return sqlite.New(b.TempDir()) })
+}
