@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"sync"
@@ -111,7 +112,7 @@ func (s *Server) mountConsole(c Config) error {
 	h, err := console.New(console.Config{
 		SignIns: signIns,
 		Users:   s.Users, Admin: s.Policy, Locks: s.LockSet, Audit: s.Denials, Events: s.Audit,
-		Recordings: s.recordings, Sessions: s.Sessions, Control: s.admin,
+		Recordings: s.recordings, Sessions: sessionView{local: s.Sessions, dir: s.sessionDir, log: s.log}, Control: s.admin,
 		PolicyStatus: func(ctx context.Context) []console.PolicyHop { return s.policyStatus(ctx, b) },
 		Observe: func(ctx context.Context, info sessions.Info) (io.ReadCloser, error) {
 			return s.observe(ctx, b, info)
@@ -277,4 +278,40 @@ func (s *Server) policyStatus(ctx context.Context, b *consoleBridge) []console.P
 		out = append(out, hop)
 	}
 	return out
+}
+
+// sessionView is what the console lists: this proxy's registry, then the
+// sessions the other proxies on the database relay (Info.Proxy names the
+// proxy; the console can watch and kill only its own).
+type sessionView struct {
+	local *sessions.Registry
+	dir   *sessions.Directory
+	log   *slog.Logger
+}
+
+// directoryWait bounds the console's read of the session directory.
+const directoryWait = 2 * time.Second
+
+func (v sessionView) List() []sessions.Info {
+	out := v.local.List()
+	ctx, cancel := context.WithTimeout(context.Background(), directoryWait)
+	defer cancel()
+	others, err := v.dir.Others(ctx, sessions.DefaultRecent)
+	if err != nil {
+		v.log.Warn("other proxies' sessions not listed", "err", err)
+	}
+	return append(out, others...)
+}
+
+func (v sessionView) Get(id string) (sessions.Info, bool) {
+	if i, ok := v.local.Get(id); ok {
+		return i, true
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), directoryWait)
+	defer cancel()
+	i, ok, err := v.dir.Other(ctx, id)
+	if err != nil {
+		v.log.Warn("session directory unreadable", "session", id, "err", err)
+	}
+	return i, ok
 }

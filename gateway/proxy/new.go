@@ -68,6 +68,10 @@ type Config struct {
 	// ShutdownTimeout bounds the drain once Serve's context ends (SIGTERM);
 	// 0 is DefaultShutdownTimeout.
 	ShutdownTimeout time.Duration
+	// ProxyID names this proxy among those of one database (its refusals
+	// of policy bundles, its sessions in the directory); "" is the host
+	// name, which is the pod's name under Kubernetes.
+	ProxyID string
 	// Now is the clock of the caller checks (certificate expiry, locks,
 	// grants); nil means time.Now. For tests.
 	Now    func() time.Time
@@ -121,14 +125,16 @@ type Server struct {
 	recordings *recstore.Store
 	// store is the backend the stores above are opened from; tokenDB the
 	// token driver, until the token store takes it.
-	store    store.Backend
-	tokenDB  store.Tokens
-	control  *workerRouter
-	admin    *adminapi.Handler
-	limits   Limits
-	shutdown time.Duration
-	metrics  *telemetry.Metrics
-	log      *slog.Logger
+	store   store.Backend
+	tokenDB store.Tokens
+	// sessionDir records the registry's sessions for the other proxies.
+	sessionDir *sessions.Directory
+	control    *workerRouter
+	admin      *adminapi.Handler
+	limits     Limits
+	shutdown   time.Duration
+	metrics    *telemetry.Metrics
+	log        *slog.Logger
 }
 
 // New opens the data directory and builds the proxy: CA, stores, policy,
@@ -163,8 +169,12 @@ func New(ctx context.Context, c Config) (_ *Server, err error) {
 		backend.Close()
 		return nil, fmt.Errorf("policy floor: %w", err)
 	}
+	proxyID := c.ProxyID
+	if proxyID == "" {
+		proxyID, _ = os.Hostname()
+	}
 	if popts.ProxyID == "" {
-		popts.ProxyID, _ = os.Hostname()
+		popts.ProxyID = proxyID
 	}
 	pol, err := policy.New(ctx, popts)
 	if err != nil {
@@ -192,7 +202,7 @@ func New(ctx context.Context, c Config) (_ *Server, err error) {
 	if s.recordings, err = recstore.OpenLimit(recstore.Path(c.DataDir), c.RecordingStoreMaxBytes); err != nil {
 		return nil, err
 	}
-	if err := s.openLocks(ctx); err != nil {
+	if err := s.openLocks(ctx, proxyID); err != nil {
 		return nil, err
 	}
 	if err := s.openIdentity(ctx, c); err != nil {
@@ -240,7 +250,7 @@ func (s *Server) openStores(ctx context.Context, c Config) error {
 
 // openLocks opens the lock store, loads the locks in force, and starts the
 // session registry that ends a locked user's streams.
-func (s *Server) openLocks(ctx context.Context) error {
+func (s *Server) openLocks(ctx context.Context, proxyID string) error {
 	ldb, err := s.store.Locks(ctx)
 	if err != nil {
 		return fmt.Errorf("lock store: %w", err)
@@ -253,7 +263,15 @@ func (s *Server) openLocks(ctx context.Context) error {
 	s.LockSet.Replace(all)
 	// The worker reports each session's one session.end; the proxy's end
 	// reason joins it there (Kube.SessionEvent).
-	s.Sessions = sessions.New(sessions.Config{Locks: s.LockSet, Logger: s.log.With("component", "sessions")})
+	// Every registered session is recorded in the directory too, so that
+	// the consoles of the other proxies on one database list it.
+	sdb, err := s.store.Sessions(ctx)
+	if err != nil {
+		return fmt.Errorf("session directory: %w", err)
+	}
+	s.sessionDir = sessions.NewDirectory(sdb, proxyID, s.log.With("component", "sessions"))
+	s.Sessions = sessions.New(sessions.Config{Locks: s.LockSet, Logger: s.log.With("component", "sessions"), OnStart: s.sessionDir.Record})
+	s.Sessions.OnEnded(s.sessionDir.Record)
 	return nil
 }
 
@@ -401,6 +419,9 @@ func (s *Server) Close() {
 	}
 	if s.Sessions != nil {
 		s.Sessions.Close()
+	}
+	if s.sessionDir != nil {
+		s.sessionDir.Close() // after the registry: its ends are recorded
 	}
 	if s.Locks != nil {
 		s.Locks.Close()

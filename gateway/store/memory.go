@@ -1,7 +1,9 @@
 package store
 
 import (
+	"cmp"
 	"context"
+	"slices"
 	"sync"
 )
 
@@ -99,3 +101,68 @@ func (p *MemoryPolicy) Refusals(_ context.Context, limit int) ([]RefusalRecord, 
 
 // Close keeps the floor: the Backend's outlives one engine.
 func (p *MemoryPolicy) Close() error { return nil }
+
+// MemorySessions is the embedded engine's session directory, in memory:
+// one proxy's registry is every session already, so the directory only
+// has to answer like the shared one. It keeps the live sessions and the
+// newest MemoryEnded ended ones.
+type MemorySessions struct {
+	mu sync.Mutex
+	m  map[string]SessionRecord
+}
+
+// MemoryEnded is how many ended sessions MemorySessions keeps.
+const MemoryEnded = 256
+
+// NewMemorySessions returns an empty directory.
+func NewMemorySessions() *MemorySessions { return &MemorySessions{m: map[string]SessionRecord{}} }
+
+func (d *MemorySessions) Put(_ context.Context, r SessionRecord) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if old, ok := d.m[r.ID]; ok && old.EndNS != 0 {
+		return nil // an end never turns back into a live session
+	}
+	d.m[r.ID] = r
+	if r.EndNS != 0 {
+		var ended []SessionRecord
+		for _, x := range d.m {
+			if x.EndNS != 0 {
+				ended = append(ended, x)
+			}
+		}
+		if len(ended) > MemoryEnded {
+			slices.SortFunc(ended, func(a, b SessionRecord) int { return cmp.Compare(b.EndNS, a.EndNS) })
+			for _, x := range ended[MemoryEnded:] {
+				delete(d.m, x.ID)
+			}
+		}
+	}
+	return nil
+}
+
+func (d *MemorySessions) List(_ context.Context, limit int) ([]SessionRecord, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make([]SessionRecord, 0, len(d.m))
+	for _, x := range d.m {
+		out = append(out, x)
+	}
+	slices.SortFunc(out, func(a, b SessionRecord) int {
+		return cmp.Or(cmp.Compare(b.StartNS, a.StartNS), cmp.Compare(a.ID, b.ID))
+	})
+	return out[:min(len(out), max(limit, 1))], nil
+}
+
+func (d *MemorySessions) Get(_ context.Context, id string) (SessionRecord, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	r, ok := d.m[id]
+	if !ok {
+		return r, ErrNotFound
+	}
+	return r, nil
+}
+
+// Close keeps the directory: the Backend's outlives one registry.
+func (d *MemorySessions) Close() error { return nil }

@@ -41,6 +41,8 @@ type Backend interface {
 	// Audit opens the audit trail; readOnly opens it for searching only
 	// (limen audit search), and fails when there is none.
 	Audit(ctx context.Context, readOnly bool) (Audit, error)
+	// Sessions opens the directory of every proxy's sessions.
+	Sessions(ctx context.Context) (Sessions, error)
 	// Policy opens the policy revision floor and its refusals.
 	Policy(ctx context.Context) (Policy, error)
 	// SignIns opens the console's sign-ins.
@@ -156,6 +158,28 @@ type Locks interface {
 	// List deletes the locks expired at nowNS and returns the others,
 	// ordered by kind and name.
 	List(ctx context.Context, nowNS int64) ([]LockRecord, error)
+	Close() error
+}
+
+// SessionRecord is one session (exec, attach, port-forward, watch, logs
+// -f) as the proxy that relays it last wrote it.
+type SessionRecord struct {
+	ID, Proxy string
+	// Info is the session's JSON (gateway/sessions.Info).
+	Info           string
+	StartNS, EndNS int64 // Unix nanoseconds; EndNS 0 while live
+}
+
+// Sessions is the directory of sessions: what the console of any proxy
+// lists, and what a kill names. Each proxy's registry stays the truth of
+// its own live streams; the directory is what the others know of them.
+type Sessions interface {
+	// Put stores s, replacing what was stored of it.
+	Put(ctx context.Context, s SessionRecord) error
+	// List returns up to limit sessions, the newest start first.
+	List(ctx context.Context, limit int) ([]SessionRecord, error)
+	// Get returns session id; ErrNotFound when there is none.
+	Get(ctx context.Context, id string) (SessionRecord, error)
 	Close() error
 }
 

@@ -124,6 +124,7 @@ var domains = []struct {
 	{"audit", auditMigrations},
 	{"signins", signinsMigrations},
 	{"policy", policyMigrations},
+	{"sessions", sessionsMigrations},
 }
 
 // migrate applies the missing migrations of every domain while holding

@@ -34,11 +34,12 @@ const (
 
 // Backend opens the domains' files in one data directory.
 type Backend struct {
-	dir     string
-	mu      sync.Mutex
-	closes  []func() error
-	signins *store.MemorySignIns
-	policy  *store.MemoryPolicy
+	dir      string
+	mu       sync.Mutex
+	closes   []func() error
+	signins  *store.MemorySignIns
+	policy   *store.MemoryPolicy
+	sessions *store.MemorySessions
 }
 
 var _ store.Backend = (*Backend)(nil)
@@ -124,6 +125,17 @@ func (b *Backend) Policy(context.Context) (store.Policy, error) {
 		b.policy = store.NewMemoryPolicy()
 	}
 	return b.policy, nil
+}
+
+// Sessions is the session directory, in memory (store.MemorySessions):
+// with one proxy, its registry is every session.
+func (b *Backend) Sessions(context.Context) (store.Sessions, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.sessions == nil {
+		b.sessions = store.NewMemorySessions()
+	}
+	return b.sessions, nil
 }
 
 // Close closes every file the Backend opened.

@@ -51,6 +51,7 @@ func Run(t *testing.T, open Opener) {
 		{"AuditReadOnly", testAuditReadOnly},
 		{"SignIns", testSignIns},
 		{"PolicyFloor", testPolicyFloor},
+		{"Sessions", testSessions},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -687,5 +688,40 @@ func testPolicyFloor(t *testing.T, b store.Backend) {
 	rs, err := p.Refusals(ctx, 2)
 	if err != nil || len(rs) != 2 || rs[0].Revision != "3" || rs[1].Revision != "2" || rs[0].ProxyID != "p3" {
 		t.Fatalf("refusals: %+v %v, want 3 then 2", rs, err)
+	}
+}
+
+// testSessions: the directory keeps each session's last record, never
+// turns an ended session live again (a start written behind its end), and
+// lists the newest first.
+func testSessions(t *testing.T, b store.Backend) {
+	d := must[store.Sessions](t)(b.Sessions(ctx))
+	rec := func(id, proxy string, start, end int64) store.SessionRecord {
+		return store.SessionRecord{ID: id, Proxy: proxy, Info: fmt.Sprintf(`{"id":%q}`, id), StartNS: start, EndNS: end}
+	}
+	for _, r := range []store.SessionRecord{
+		rec("s1", "proxy-a", 10, 0),
+		rec("s2", "proxy-b", 20, 0),
+		rec("s1", "proxy-a", 10, 15), // s1 ends
+		rec("s3", "proxy-a", 30, 40),
+		rec("s3", "proxy-a", 30, 0), // a start written behind the end
+	} {
+		if err := d.Put(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := d.Get(ctx, "s3")
+	if err != nil || got.EndNS != 40 {
+		t.Fatalf("s3: %+v %v, want it ended at 40", got, err)
+	}
+	if got, err = d.Get(ctx, "s1"); err != nil || got.EndNS != 15 || got.Proxy != "proxy-a" {
+		t.Fatalf("s1: %+v %v", got, err)
+	}
+	if _, err := d.Get(ctx, "s9"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("unknown session: %v", err)
+	}
+	list, err := d.List(ctx, 2)
+	if err != nil || len(list) != 2 || list[0].ID != "s3" || list[1].ID != "s2" {
+		t.Fatalf("list: %+v %v, want s3 then s2", list, err)
 	}
 }
