@@ -97,6 +97,11 @@ func TestCLIOnPostgres(t *testing.T) {
 	if err != nil || fromFile != withFlag {
 		t.Fatalf("audit search with database-url in the config file: %v %s\n%s", err, errOut, fromFile)
 	}
+	status := h.ok("status", "proxy", "status", "--data-dir", h.data)
+	if !strings.Contains(status, "Audit database:  postgres://limen@127.0.0.1:") || !strings.Contains(status, "events") ||
+		strings.Contains(status, pgtest.Password) {
+		t.Fatalf("proxy status on the database:\n%s", status)
+	}
 	if msg := h.fails("audit", "search", "--database-url", "mysql://x/y"); !strings.Contains(msg, "database-url") {
 		t.Fatalf("a bad URL: %q", msg)
 	}
