@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/viper"
 
+	"github.com/limenhq/limen/gateway/doctor"
 	pgtest "github.com/limenhq/limen/test/postgres"
 )
 
@@ -102,6 +103,8 @@ func TestCLIOnPostgres(t *testing.T) {
 		strings.Contains(status, pgtest.Password) {
 		t.Fatalf("proxy status on the database:\n%s", status)
 	}
+	report := h.doctor(false, "proxy", "--data-dir", h.data)
+	doctorLine(t, report, "audit", doctor.OK, "postgres://limen@127.0.0.1:", "events")
 	if msg := h.fails("audit", "search", "--database-url", "mysql://x/y"); !strings.Contains(msg, "database-url") {
 		t.Fatalf("a bad URL: %q", msg)
 	}

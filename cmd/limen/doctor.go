@@ -73,15 +73,28 @@ Pass the proxy's limits, or its --config.`,
 			if err != nil {
 				return err
 			}
-			r := doctor.Proxy(cmd.Context(), doctor.ProxyOptions{DataDir: dir, PolicyDir: policyPersistDir(v),
-				AuditMaxBytes: limits.AuditMaxBytes, RecordingStoreMaxBytes: limits.RecordingStoreMaxBytes})
-			return writeReport(cmd, r)
+			o := doctor.ProxyOptions{DataDir: dir, PolicyDir: policyPersistDir(v),
+				AuditMaxBytes: limits.AuditMaxBytes, RecordingStoreMaxBytes: limits.RecordingStoreMaxBytes}
+			dbc, err := loadDatabaseConfig(v)
+			if err != nil {
+				return err
+			}
+			if dbc.URL != "" {
+				b, err := dbc.backend(cmd.Context(), dir)
+				if err != nil {
+					return err
+				}
+				defer b.Close()
+				o.Store = b
+			}
+			return writeReport(cmd, doctor.Proxy(cmd.Context(), o))
 		},
 	}
 	f := cmd.Flags()
 	f.String("data-dir", "", "the proxy's data directory")
 	f.String("policy-persist-dir", "", "the proxy's policy directory (default: <data-dir>/policy)")
 	addProxyStorageFlags(f)
+	addDatabaseFlags(f)
 	return cmd
 }
 
