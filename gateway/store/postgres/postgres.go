@@ -59,8 +59,13 @@ const DefaultConnectTimeout = 5 * time.Second
 func Open(ctx context.Context, c Config) (*Backend, error) {
 	cfg, err := pgxpool.ParseConfig(c.URL)
 	if err != nil {
-		// pgx's message may quote the URL; say only what is wrong.
-		return nil, fmt.Errorf("database-url: not a PostgreSQL URL (postgres://USER@HOST:PORT/DB?sslmode=...): %w", errors.Unwrap(err))
+		// pgx's message quotes the URL, password included: say only what
+		// is wrong.
+		why := "cannot be parsed"
+		if inner := errors.Unwrap(err); inner != nil {
+			why = inner.Error()
+		}
+		return nil, fmt.Errorf("database-url: not a PostgreSQL URL (postgres://USER@HOST:PORT/DB?sslmode=...): %s", why)
 	}
 	if c.PasswordFile != "" {
 		pw, err := os.ReadFile(c.PasswordFile)

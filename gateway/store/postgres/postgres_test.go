@@ -157,3 +157,18 @@ func BenchmarkAuditOverlap(b *testing.B) {
 		return be
 	})
 }
+
+// TestOpenBadURL: a URL pgx cannot use is refused naming the key, without
+// repeating the password it carries.
+func TestOpenBadURL(t *testing.T) {
+	for _, url := range []string{
+		"postgres://limen:hunter2-secret@db.example/limen?sslmode=bogus",
+		"postgres://limen:hunter2-secret@db.example:notaport/limen",
+	} {
+		_, err := postgres.Open(context.Background(), postgres.Config{URL: url})
+		if err == nil || !strings.Contains(err.Error(), "database-url") || strings.Contains(err.Error(), "hunter2") {
+			t.Fatalf("%s: %v, want a refusal naming database-url without the password", url, err)
+		}
+		t.Log(err)
+	}
+}
