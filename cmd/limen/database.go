@@ -18,7 +18,8 @@ import (
 // the stores are SQLite files in --data-dir.
 func addDatabaseFlags(f *pflag.FlagSet) {
 	f.String("database-url", "", "PostgreSQL database shared by several proxies (postgres://USER@HOST:PORT/DB?sslmode=verify-full) "+
-		"for users, bots, join tokens, locks and the audit trail; default: SQLite files in --data-dir")
+		"for users, bots, join tokens, locks, the audit trail, console sign-ins, the policy revision floor and the session directory; "+
+		"needs --ca-dir; default: SQLite files in --data-dir")
 	f.String("database-password-file", "", "file holding the database password (a mounted Secret), instead of a password in --database-url")
 }
 
