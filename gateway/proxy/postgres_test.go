@@ -7,7 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/limenhq/limen/gateway/adminapi"
 	"github.com/limenhq/limen/gateway/audit"
+	"github.com/limenhq/limen/gateway/locks"
 	"github.com/limenhq/limen/gateway/proxy"
 	"github.com/limenhq/limen/gateway/store/postgres"
 	pgtest "github.com/limenhq/limen/test/postgres"
@@ -89,6 +91,62 @@ func TestProxyOnPostgresFailsClosed(t *testing.T) {
 	if len(seen) < succeeded {
 		t.Fatalf("%d requests in the audit trail for %d that succeeded; proxy log:\n%s", len(seen), succeeded, e.log.text())
 	}
+}
+
+// TestLockReachesTheOtherProxy: two proxies on one PostgreSQL; a lock
+// stored through proxy A is in force at proxy B, which refuses the locked
+// user, within its lock sync interval (adminapi.LockSyncInterval, 1 s),
+// and lifted there as soon after it is removed. The figure is logged.
+func TestLockReachesTheOtherProxy(t *testing.T) {
+	srv := pgtest.Start(t)
+	url := srv.Database(t)
+	ctx := context.Background()
+	onDB := func(c *proxy.Config) {
+		b, err := postgres.Open(ctx, postgres.Config{URL: url})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Store = b
+	}
+	honest := map[string]func(*hostileStream){"honest": func(s *hostileStream) { s.reply(s.honest()) }}
+	a := startHostile(t, honest, onDB)
+	b := startHostile(t, honest, onDB)
+	if code, body, err := b.get(ctx, "honest", ""); err != nil || code != http.StatusOK {
+		t.Fatalf("before the lock: %d %q %v", code, body, err)
+	}
+	lock := locks.Lock{Target: locks.TargetOf(alice), Reason: "incident 7", CreatedBy: "user:root", CreatedAt: time.Now()}
+	set := time.Now()
+	if err := a.proxy.Locks.Add(ctx, lock); err != nil {
+		t.Fatal(err)
+	}
+	a.proxy.LockSet.Apply(locks.Change{Op: locks.OpSet, Lock: lock})
+	for {
+		if _, ok := b.proxy.LockSet.Locked(alice, time.Now()); ok {
+			break
+		}
+		if time.Since(set) > 3*adminapi.LockSyncInterval {
+			t.Fatalf("the lock is not in force at proxy B %s after proxy A stored it", time.Since(set))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Logf("lock in force at the other proxy after %s", time.Since(set).Round(time.Millisecond))
+	if code, body, err := b.get(ctx, "honest", ""); err != nil || code != http.StatusForbidden || !strings.Contains(body, "incident 7") {
+		t.Fatalf("locked user at proxy B: %d %q %v, want 403 naming the lock", code, body, err)
+	}
+	lifted := time.Now()
+	if _, err := a.proxy.Locks.Remove(ctx, lock.Target, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, ok := b.proxy.LockSet.Locked(alice, time.Now()); !ok {
+			break
+		}
+		if time.Since(lifted) > 3*adminapi.LockSyncInterval {
+			t.Fatalf("the lock is still in force at proxy B %s after its removal", time.Since(lifted))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Logf("lock lifted at the other proxy after %s", time.Since(lifted).Round(time.Millisecond))
 }
 
 // text is everything logged so far.
