@@ -13,10 +13,12 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 
@@ -176,10 +178,19 @@ func open(ctx context.Context, path, domain string, migrations []store.Migration
 	if err != nil {
 		return nil, err
 	}
-	if o.readOnly {
-		err = checkReadOnly(ctx, db, path, domain, migrations)
-	} else {
-		err = migrate(ctx, db, path, domain, migrations)
+	// Setting journal_mode on a new file while another process does the
+	// same fails with SQLITE_BUSY at once, the busy timeout
+	// notwithstanding: such a start is retried for up to five seconds.
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		if o.readOnly {
+			err = checkReadOnly(ctx, db, path, domain, migrations)
+		} else {
+			err = migrate(ctx, db, path, domain, migrations)
+		}
+		if err == nil || !isBusy(err) || time.Now().After(deadline) || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(time.Duration(10+rand.N(40)) * time.Millisecond)
 	}
 	if err != nil {
 		db.Close()
@@ -270,6 +281,11 @@ func prepareFile(path string, mkdir bool) error {
 		return err
 	}
 	return f.Close()
+}
+
+// isBusy reports SQLite's "database is locked".
+func isBusy(err error) bool {
+	return err != nil && (strings.Contains(err.Error(), "SQLITE_BUSY") || strings.Contains(err.Error(), "database is locked"))
 }
 
 // isUnique reports a UNIQUE or PRIMARY KEY constraint failure.
