@@ -392,6 +392,18 @@ func (s *Server) syncLocks(ctx context.Context) {
 	}
 }
 
+// watchLocks puts a lock change made through another proxy in force here
+// as soon as the store announces it, and re-reads every lock whenever the
+// feed (re)connects; syncLocks' polling stays the floor under it.
+func (s *Server) watchLocks(ctx context.Context, feed store.Feed) {
+	sync := func() {
+		if err := s.admin.SyncLocks(ctx); err != nil && ctx.Err() == nil {
+			s.log.Error("lock store unreadable; locks in force unchanged", "err", err)
+		}
+	}
+	_ = feed.Watch(ctx, store.LocksChannel, sync, func(string) { sync() })
+}
+
 // Serve runs the policy poller and the one TLS port — worker tunnels,
 // HTTP/2 and HTTP/1.1, told apart by ALPN — until ctx ends.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
@@ -401,6 +413,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	defer cancel()
 	wg.Go(func() { _ = s.Policy.Run(ctx) })
 	wg.Go(func() { s.syncLocks(ctx) })
+	if feed, ok := s.store.(store.Feed); ok {
+		wg.Go(func() { s.watchLocks(ctx, feed) })
+	}
 	p := &port{TLS: s.CA.ServerTLSConfig(), Kube: s.Kube, ServerCluster: s.Kube.ServerCluster, Handler: s.Mux, Tunnel: s.Tunnel, Limits: s.limits,
 		WorkerCluster: s.CA.ClusterFromChains, ShutdownTimeout: s.shutdown, EndSessions: s.endSessions, Logger: s.log}
 	return p.Serve(ctx, ln)

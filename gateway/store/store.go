@@ -135,6 +135,19 @@ type Tokens interface {
 	Close() error
 }
 
+// Feed is the change feed an engine may offer beside its Backend (the
+// PostgreSQL one does: LISTEN/NOTIFY). Watch calls onConnect whenever it
+// (re)connects, so that the caller re-reads what it may have missed, and
+// onNotify with each announcement's payload (an id: the caller re-reads
+// the row), until ctx ends. Channels: LocksChannel.
+type Feed interface {
+	Watch(ctx context.Context, channel string, onConnect func(), onNotify func(payload string)) error
+}
+
+// LocksChannel is the Feed channel of the locks: every change of a lock,
+// by any writer, is announced with its target (KIND:NAME).
+const LocksChannel = "limen_locks"
+
 // LockRecord is a lock on one target.
 type LockRecord struct {
 	Kind, Name, Reason string
@@ -145,10 +158,9 @@ type LockRecord struct {
 
 // Locks stores locks, at most one per target (kind, name).
 //
-// The table is the truth. A change feed (PostgreSQL LISTEN/NOTIFY carrying
-// the target, so that every proxy re-reads the row) is a separate
-// interface an engine may add; List is what a proxy re-reads after it
-// reconnects.
+// The table is the truth. A change is announced on the engine's Feed when
+// it has one (PostgreSQL LISTEN/NOTIFY carrying the target, so that every
+// proxy re-reads); List is what a proxy re-reads after it reconnects.
 type Locks interface {
 	// Put stores l, replacing any lock on its target.
 	Put(ctx context.Context, l LockRecord) error

@@ -21,6 +21,19 @@ var locksMigrations = []store.Migration{
 	created_ns bigint NOT NULL,
 	PRIMARY KEY (kind, name)
 )`},
+	// Every change, by any writer (a proxy, limen lock --local), is
+	// announced on LocksChannel with its target.
+	{Version: 2, SQL: `CREATE FUNCTION limen_locks_notify() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	IF TG_OP = 'DELETE' THEN
+		PERFORM pg_notify('limen_locks', OLD.kind || ':' || OLD.name);
+	ELSE
+		PERFORM pg_notify('limen_locks', NEW.kind || ':' || NEW.name);
+	END IF;
+	RETURN NULL;
+END $$;
+CREATE TRIGGER locks_notify AFTER INSERT OR UPDATE OR DELETE ON locks
+	FOR EACH ROW EXECUTE FUNCTION limen_locks_notify()`},
 }
 
 type locks struct{ pool *pgxpool.Pool }
