@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/limenhq/limen/gateway/audit"
 	"github.com/limenhq/limen/gateway/identity"
+	"github.com/limenhq/limen/gateway/store"
 )
 
 func newAuditCmd() *cobra.Command {
@@ -33,7 +35,8 @@ func newAuditSearchCmd() *cobra.Command {
 		Short: "Search audit events in the proxy's store (on the proxy host)",
 		Long: `Search the audit events the proxy has stored, newest last. The store is
 opened read-only in --data-dir (the proxy's data directory), so this runs on
-the proxy host, alongside a running proxy.
+the proxy host, alongside a running proxy; or, with --database-url, in the
+PostgreSQL database the proxies share, from anywhere that reaches it.
 
   limen audit search --user alice --cluster prod --verb delete --since 24h
   limen audit search --type auth.denied --since 2026-11-01T00:00:00Z --json
@@ -58,14 +61,7 @@ audited". A request still under way is shown so too until it is answered.
 			if err != nil {
 				return err
 			}
-			dir := v.GetString("data-dir")
-			if dir == "" {
-				return errors.New("data-dir: required; set --data-dir or LIMEN_DATA_DIR to the proxy's data directory")
-			}
-			s, err := audit.Open(cmd.Context(), audit.Path(dir), audit.Options{ReadOnly: true})
-			if errors.Is(err, fs.ErrNotExist) {
-				return fmt.Errorf("no audit store at %s: is --data-dir the proxy's data directory, and has the proxy run?", audit.Path(dir))
-			}
+			s, err := openAuditReadOnly(cmd.Context(), v)
 			if err != nil {
 				return err
 			}
@@ -82,6 +78,7 @@ audited". A request still under way is shown so too until it is answered.
 	}
 	f := cmd.Flags()
 	f.String("data-dir", "", "the proxy's data directory")
+	addDatabaseFlags(f)
 	f.String("user", "", "only events by this user or bot: NAME matches it from every source (local and each identity provider, told apart in the FROM column), KIND:NAME only the local one, user:ISSUER:NAME only that provider's")
 	f.String("cluster", "", "only events for this cluster")
 	f.String("verb", "", "only kube.request events with this Kubernetes verb (get, list, watch, delete, …)")
@@ -218,4 +215,48 @@ func dash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// auditReader is a read-only audit store and the backend under it.
+type auditReader struct {
+	*audit.Store
+	backend store.Backend
+}
+
+func (r auditReader) Close() error {
+	r.Store.Close()
+	return r.backend.Close()
+}
+
+// openAuditReadOnly opens the proxy's audit trail for searching: in the
+// --database-url database, or read-only in --data-dir.
+func openAuditReadOnly(ctx context.Context, v *viper.Viper) (auditReader, error) {
+	dbc, err := loadDatabaseConfig(v)
+	if err != nil {
+		return auditReader{}, err
+	}
+	dir := v.GetString("data-dir")
+	if dbc.URL == "" && dir == "" {
+		return auditReader{}, errors.New("data-dir: required; set --data-dir or LIMEN_DATA_DIR to the proxy's data directory, or database-url to the proxies' database")
+	}
+	b, err := dbc.backend(ctx, dir)
+	if err != nil {
+		return auditReader{}, err
+	}
+	db, err := b.Audit(ctx, true)
+	if errors.Is(err, fs.ErrNotExist) {
+		b.Close()
+		return auditReader{}, fmt.Errorf("no audit store at %s: is --data-dir the proxy's data directory, and has the proxy run?", audit.Path(dir))
+	}
+	if err != nil {
+		b.Close()
+		return auditReader{}, err
+	}
+	s, err := audit.New(ctx, db, audit.Options{ReadOnly: true})
+	if err != nil {
+		db.Close()
+		b.Close()
+		return auditReader{}, err
+	}
+	return auditReader{Store: s, backend: b}, nil
 }

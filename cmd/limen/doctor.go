@@ -73,16 +73,29 @@ Pass the proxy's limits, or its --config.`,
 			if err != nil {
 				return err
 			}
-			r := doctor.Proxy(cmd.Context(), doctor.ProxyOptions{DataDir: dir, PolicyDir: policyPersistDir(v),
+			o := doctor.ProxyOptions{DataDir: dir, PolicyDir: policyPersistDir(v),
 				AuditMaxBytes: limits.AuditMaxBytes, RecordingStoreMaxBytes: limits.RecordingStoreMaxBytes,
-				RecordingStore: limits.RecordingStore})
-			return writeReport(cmd, r)
+				RecordingStore: limits.RecordingStore}
+			dbc, err := loadDatabaseConfig(v)
+			if err != nil {
+				return err
+			}
+			if dbc.URL != "" {
+				b, err := dbc.backend(cmd.Context(), dir)
+				if err != nil {
+					return err
+				}
+				defer b.Close()
+				o.Store = b
+			}
+			return writeReport(cmd, doctor.Proxy(cmd.Context(), o))
 		},
 	}
 	f := cmd.Flags()
 	f.String("data-dir", "", "the proxy's data directory")
 	f.String("policy-persist-dir", "", "the proxy's policy directory (default: <data-dir>/policy)")
 	addProxyStorageFlags(f)
+	addDatabaseFlags(f)
 	return cmd
 }
 

@@ -89,18 +89,16 @@ within a second.`,
 	return cmd
 }
 
-// addLocalFlags adds --local and --data-dir to an admin command.
+// addLocalFlags adds --local, --data-dir and the database flags to an
+// admin command.
 func addLocalFlags(cmd *cobra.Command) {
-	cmd.Flags().Bool("local", false, "on the proxy host: change the proxy's stores in --data-dir directly, with no certificate or policy check (audited as the OS user)")
+	cmd.Flags().Bool("local", false, "on the proxy host: change the proxy's stores (in --data-dir, or the --database-url database) directly, with no certificate or policy check (audited as the OS user)")
 	cmd.Flags().String("data-dir", "", "the proxy's data directory, with --local")
+	addDatabaseFlags(cmd.Flags())
 }
 
 func openLocalLocksFlags(cmd *cobra.Command, v *viper.Viper) (*localLocks, error) {
-	dir, err := localDataDir(v)
-	if err != nil {
-		return nil, err
-	}
-	return openLocalLocks(cmd.Context(), dir)
+	return openLocalLocks(cmd.Context(), v)
 }
 
 func newUnlockCmd() *cobra.Command {

@@ -49,14 +49,31 @@ type harness struct {
 	data  string
 	proxy string
 	fp    string
+	// extra is added to every command's environment (LIMEN_DATABASE_URL).
+	extra []string
 }
 
 const adminPassword = "admin-password"
 
 func newHarness(t *testing.T) *harness {
 	t.Helper()
-	h := &harness{t: t, home: filepath.Join(t.TempDir(), "home"), data: filepath.Join(t.TempDir(), "data")}
+	return newHarnessEnv(t)
+}
+
+// newHarnessEnv is newHarness with extra environment variables for every
+// command, the proxy's included.
+func newHarnessEnv(t *testing.T, extra ...string) *harness {
+	t.Helper()
+	h := &harness{t: t, home: filepath.Join(t.TempDir(), "home"), data: filepath.Join(t.TempDir(), "data"), extra: extra}
 	h.ok("", "users", "add", "root", "--local", "--data-dir", h.data, "--trait", "groups=admins", "--password-stdin", adminPassword+"\n")
+	h.startProxy()
+	return h
+}
+
+// startProxy starts `limen proxy` on h.data and waits for it to listen.
+func (h *harness) startProxy() {
+	t := h.t
+	t.Helper()
 	cmd := exec.Command(limenBin, "proxy", "--listen", "127.0.0.1:0", "--data-dir", h.data, "--clusters", "prod,staging")
 	cmd.Env = h.env()
 	out, err := cmd.StdoutPipe()
@@ -86,12 +103,11 @@ func newHarness(t *testing.T) *harness {
 		t.Fatalf("proxy did not start: %s", stderr.String())
 	}
 	go io.Copy(io.Discard, out)
-	return h
 }
 
 func (h *harness) env() []string {
 	env := []string{"LIMEN_HOME=" + h.home, "PATH=" + os.Getenv("PATH"), "HOME=" + h.home}
-	return env
+	return append(env, h.extra...)
 }
 
 // run runs limen with args; a last argument ending in "\n" is stdin.

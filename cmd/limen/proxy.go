@@ -25,9 +25,13 @@ type proxyConfig struct {
 	UserCertTTL   time.Duration
 	WorkerCertTTL time.Duration
 	CACert, CAKey string
-	TLSCert       string
-	TLSKey        string
-	ServerNames   []string
+	// CADir is the shared key material (root, issuers, grant key) of
+	// several proxies, made by limen proxy keys init; "" keeps them in
+	// DataDir/ca, generated on first start.
+	CADir       string
+	TLSCert     string
+	TLSKey      string
+	ServerNames []string
 	// Clusters are the cluster names offered to policy for limen kube ls.
 	Clusters []string
 	// ClusterLabels are the labels policy sees for each cluster.
@@ -51,6 +55,8 @@ type proxyConfig struct {
 	// PeerAddress is the host:port workers dial to reach this proxy
 	// directly, besides their enrolled address (several proxies).
 	PeerAddress string
+	// Database is the shared store (database.go); zero: SQLite in DataDir.
+	Database databaseConfig
 }
 
 func newProxyCmd() *cobra.Command {
@@ -88,6 +94,7 @@ cannot fill the audit store.`,
 	f.Duration("worker-cert-ttl", ca.DefaultWorkerCertTTL, "lifetime of worker certificates")
 	f.String("ca-cert", "", "operator-provided root CA certificate (PEM); default: generated in --data-dir")
 	f.String("ca-key", "", "key of --ca-cert (PEM)")
+	f.String("ca-dir", "", "directory with the CA and grant-signing keys every proxy shares, made by limen proxy keys init (a mounted Secret; required with --database-url); default: generated in --data-dir")
 	f.String("tls-cert", "", "operator-provided TLS serving certificate chain (PEM); default: issued by the CA. Routing by server name (limen kube login) needs the wildcard *.kube.NAME for each NAME clients dial")
 	f.String("tls-key", "", "key of --tls-cert (PEM)")
 	f.StringSlice("server-name", nil, "extra DNS name or IP for the generated serving certificate, which also covers *.kube.NAME for routing by server name (repeatable)")
@@ -107,13 +114,14 @@ cannot fill the audit store.`,
 	f.Duration("denied-audit-interval", lim.DeniedInterval, "refusals of clients without a valid certificate are stored as one auth.denied per address and kind per interval, with a count")
 	addProxyStorageFlags(f)
 	addAuditExportFlags(f)
+	addDatabaseFlags(f)
 	addShutdownFlags(f, proxy.DefaultShutdownTimeout, false)
 	addIdentityFlags(f)
 	addConsoleFlags(f)
 	addPolicyFlags(f)
 	addDebugFlags(f)
 	addTelemetryFlags(f)
-	cmd.AddCommand(newProxyStatusCmd())
+	cmd.AddCommand(newProxyStatusCmd(), newProxyKeysCmd())
 	return cmd
 }
 
@@ -125,7 +133,7 @@ func loadProxyConfig(cmd *cobra.Command) (proxyConfig, error) {
 	c := proxyConfig{
 		Listen: v.GetString("listen"), DataDir: v.GetString("data-dir"),
 		UserCertTTL: v.GetDuration("user-cert-ttl"), WorkerCertTTL: v.GetDuration("worker-cert-ttl"),
-		CACert: v.GetString("ca-cert"), CAKey: v.GetString("ca-key"), TLSCert: v.GetString("tls-cert"), TLSKey: v.GetString("tls-key"),
+		CACert: v.GetString("ca-cert"), CAKey: v.GetString("ca-key"), CADir: v.GetString("ca-dir"), TLSCert: v.GetString("tls-cert"), TLSKey: v.GetString("tls-key"),
 		ServerNames: v.GetStringSlice("server-name"), Clusters: v.GetStringSlice("clusters"),
 		GrantTTL: v.GetDuration("grant-ttl"), PeerAddress: v.GetString("peer-address"),
 		Limits: proxy.Limits{
@@ -153,12 +161,19 @@ func loadProxyConfig(cmd *cobra.Command) (proxyConfig, error) {
 	if c.ConsoleOIDCRedirect, err = loadConsoleRedirect(v, c.OIDC != nil); err != nil {
 		return c, err
 	}
+	if c.Database, err = loadDatabaseConfig(v); err != nil {
+		return c, err
+	}
 	return c, c.validate()
 }
 
 func (c proxyConfig) validate() error {
 	if c.DataDir == "" {
 		return errors.New("data-dir: required; set --data-dir, LIMEN_DATA_DIR or data-dir in the config file")
+	}
+	if c.Database.URL != "" && c.CADir == "" {
+		return errors.New("ca-dir: required with database-url: every proxy on one database must share one CA and grant key; " +
+			"make them with limen proxy keys init --ca-dir DIR and mount DIR on every proxy (docs/KEYS.md)")
 	}
 	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
 		return fmt.Errorf("listen %q: want HOST:PORT, for example 127.0.0.1:8443", c.Listen)
@@ -217,8 +232,13 @@ func runProxy(cmd *cobra.Command, _ []string) error {
 	defer stopTelemetry(tel, log)
 	pc := c.gateway(popts, log)
 	_, pc.Metrics = hooks(v, tel)
+	if pc.Store, err = c.Database.backend(cmd.Context(), c.DataDir); err != nil {
+		return err
+	}
+	log.Info("store", "engine", pc.Store.Engine())
 	s, err := proxy.New(cmd.Context(), pc)
 	if err != nil {
+		pc.Store.Close()
 		return err
 	}
 	defer s.Close()
@@ -248,7 +268,7 @@ func runProxy(cmd *cobra.Command, _ []string) error {
 func (c proxyConfig) gateway(popts policy.Options, log *slog.Logger) proxy.Config {
 	return proxy.Config{
 		DataDir: c.DataDir,
-		CA: ca.Options{CACertFile: c.CACert, CAKeyFile: c.CAKey, TLSCertFile: c.TLSCert, TLSKeyFile: c.TLSKey,
+		CA: ca.Options{CACertFile: c.CACert, CAKeyFile: c.CAKey, KeysDir: c.CADir, TLSCertFile: c.TLSCert, TLSKeyFile: c.TLSKey,
 			ServerNames: c.ServerNames, UserCertTTL: c.UserCertTTL, WorkerCertTTL: c.WorkerCertTTL},
 		Clusters: c.Clusters, ClusterLabels: c.ClusterLabels, GrantTTL: c.GrantTTL,
 		Limits: c.Limits, ShutdownTimeout: c.ShutdownTimeout, AuditMaxBytes: c.Storage.AuditMaxBytes, RecordingStoreMaxBytes: c.Storage.RecordingStoreMaxBytes,

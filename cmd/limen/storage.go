@@ -138,9 +138,16 @@ the proxy. A store at its limit is marked FULL, with what the proxy refuses
 and what to do.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			_, dir, limits, err := proxyHostConfig(cmd)
+			v, dir, limits, err := proxyHostConfig(cmd)
 			if err != nil {
 				return err
+			}
+			dbc, err := loadDatabaseConfig(v)
+			if err != nil {
+				return err
+			}
+			if dbc.URL != "" {
+				return proxyStatusDB(cmd.Context(), cmd.OutOrStdout(), dbc, dir, limits)
 			}
 			return proxyStatus(cmd.Context(), cmd.OutOrStdout(), dir, limits)
 		},
@@ -148,7 +155,34 @@ and what to do.`,
 	f := cmd.Flags()
 	f.String("data-dir", "", "the proxy's data directory")
 	addProxyStorageFlags(f)
+	addDatabaseFlags(f)
 	return cmd
+}
+
+// proxyStatusDB is proxyStatus with the audit trail in the proxies'
+// database.
+func proxyStatusDB(ctx context.Context, out io.Writer, dbc databaseConfig, dir string, limits proxyStorage) error {
+	b, err := dbc.backend(ctx, dir)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	db, err := b.Audit(ctx, true)
+	if err != nil {
+		return err
+	}
+	st, err := audit.New(ctx, db, audit.Options{ReadOnly: true, MaxBytes: limits.AuditMaxBytes})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	if err := printAuditUsage(ctx, out, st, db.Location()); err != nil {
+		return err
+	}
+	if err := auditExportStatus(ctx, out, st, dir); err != nil {
+		return err
+	}
+	return recordingStoreStatus(ctx, out, dir, limits)
 }
 
 // proxyStatus prints the use of the audit database and the recording store
@@ -162,19 +196,26 @@ func proxyStatus(ctx context.Context, out io.Writer, dir string, limits proxySto
 		return err
 	}
 	defer st.Close()
-	u, err := st.Usage(ctx)
-	if err != nil {
+	if err := printAuditUsage(ctx, out, st, audit.Path(dir)); err != nil {
 		return err
-	}
-	fmt.Fprintf(out, "Audit database:  %s\n", audit.Path(dir))
-	fmt.Fprintf(out, "  %s, %d events, file %s\n", useLine(u.Used, u.Max), u.Events, bytesize.Approx(u.File))
-	if u.Used >= u.Max {
-		fmt.Fprintln(out, "  FULL: the proxy refuses every request until old events are deleted or audit-max-bytes is raised")
 	}
 	if err := auditExportStatus(ctx, out, st, dir); err != nil {
 		return err
 	}
 	return recordingStoreStatus(ctx, out, dir, limits)
+}
+
+func printAuditUsage(ctx context.Context, out io.Writer, st *audit.Store, where string) error {
+	u, err := st.Usage(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "Audit database:  %s\n", where)
+	fmt.Fprintf(out, "  %s, %d events, file %s\n", useLine(u.Used, u.Max), u.Events, bytesize.Approx(u.File))
+	if u.Used >= u.Max {
+		fmt.Fprintln(out, "  FULL: the proxy refuses every request until old events are deleted or audit-max-bytes is raised")
+	}
+	return nil
 }
 
 // recordingStoreStatus prints where the recordings are, how much they use

@@ -15,6 +15,7 @@ import (
 	"github.com/limenhq/limen/gateway/audit"
 	"github.com/limenhq/limen/gateway/authapi"
 	"github.com/limenhq/limen/gateway/identity"
+	"github.com/limenhq/limen/gateway/store"
 	"github.com/limenhq/limen/gateway/users"
 )
 
@@ -36,8 +37,9 @@ admin API's, by the host's OS user with via=local.`,
 	}
 	pf := cmd.PersistentFlags()
 	pf.String("proxy", "", "proxy HOST:PORT (default: the last one logged in to)")
-	pf.Bool("local", false, "open the user store in --data-dir directly (on the proxy host)")
+	pf.Bool("local", false, "open the user store (in --data-dir, or the --database-url database) directly (on the proxy host)")
 	pf.String("data-dir", "", "the proxy's data directory, with --local")
+	addDatabaseFlags(pf)
 	cmd.AddCommand(newUsersAddCmd(), newUsersRmCmd(), newUsersLsCmd(), newUsersPasswdCmd())
 	return cmd
 }
@@ -53,9 +55,10 @@ type userBackend interface {
 
 // localUsers changes the user store directly and audits each change.
 type localUsers struct {
-	s     *users.Store
-	audit *audit.Store
-	by    identity.Principal
+	s       *users.Store
+	audit   *audit.Store
+	backend store.Backend
+	by      identity.Principal
 	// fields say the change came from the proxy host (localActor).
 	fields map[string]string
 }
@@ -70,7 +73,24 @@ func (l localUsers) passwd(ctx context.Context, n, pw string) error {
 	return l.audited(ctx, audit.TypeUserPasswd, n, l.s.SetPassword(ctx, n, pw))
 }
 func (l localUsers) list(ctx context.Context) ([]users.User, error) { return l.s.List(ctx) }
-func (l localUsers) close()                                         { l.s.Close(); l.audit.Close() }
+func (l localUsers) close()                                         { l.s.Close(); l.audit.Close(); l.backend.Close() }
+
+func openLocalUsers(ctx context.Context, b store.Backend) (localUsers, error) {
+	udb, err := b.Users(ctx)
+	if err != nil {
+		return localUsers{}, err
+	}
+	s, err := users.New(udb, users.Options{})
+	if err != nil {
+		return localUsers{}, err
+	}
+	as, err := openLocalAudit(ctx, b)
+	if err != nil {
+		return localUsers{}, err
+	}
+	by, fields := localActor()
+	return localUsers{s: s, audit: as, by: by, fields: fields, backend: b}, nil
+}
 
 // audited records a change and its outcome, as the admin API does: a
 // change that failed is recorded with its error, and one that was made but
@@ -111,24 +131,25 @@ func openUsers(cmd *cobra.Command) (userBackend, *viper.Viper, error) {
 		return nil, nil, err
 	}
 	if v.GetBool("local") {
-		dir, err := localDataDir(v)
+		if v.GetString("database-url") == "" {
+			dir, err := localDataDir(v)
+			if err != nil {
+				return nil, nil, err
+			}
+			if err := os.MkdirAll(dir, 0o700); err != nil {
+				return nil, nil, fmt.Errorf("data-dir: %w", err)
+			}
+		}
+		b, _, err := localBackend(cmd.Context(), v)
 		if err != nil {
 			return nil, nil, err
 		}
-		if err := os.MkdirAll(dir, 0o700); err != nil {
-			return nil, nil, fmt.Errorf("data-dir: %w", err)
-		}
-		s, err := users.Open(users.Path(dir), users.Options{})
+		l, err := openLocalUsers(cmd.Context(), b)
 		if err != nil {
+			b.Close()
 			return nil, nil, err
 		}
-		as, err := openLocalAudit(cmd.Context(), dir)
-		if err != nil {
-			s.Close()
-			return nil, nil, err
-		}
-		by, fields := localActor()
-		return localUsers{s: s, audit: as, by: by, fields: fields}, v, nil
+		return l, v, nil
 	}
 	c, err := adminClient(v.GetString("proxy"))
 	if err != nil {

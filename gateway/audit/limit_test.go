@@ -55,7 +55,7 @@ func TestAuditLimitRefusesWhenFull(t *testing.T) {
 	}
 
 	// An operator deletes old events: their pages are reused.
-	if _, err := s.db.ExecContext(ctx, "DELETE FROM events WHERE id <= ?", stored/2); err != nil {
+	if _, err := sqlDB(s).ExecContext(ctx, "DELETE FROM events WHERE id <= ?", stored/2); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Room(ctx); err != nil {

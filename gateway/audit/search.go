@@ -2,12 +2,12 @@ package audit
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
+
+	"github.com/limenhq/limen/gateway/store"
 )
 
 // Query selects events for Search. Empty fields match everything.
@@ -28,88 +28,46 @@ type Query struct {
 	Limit int
 }
 
-// outcomeMissing holds for a kube.sent row (the table's name is events)
-// whose session id has no outcome: no kube.request and no auth.denied, the
-// worker's answer. The condition that o.session_id is not empty lets
-// SQLite use the partial index events_session.
-const outcomeMissing = `NOT EXISTS (SELECT 1 FROM events AS o WHERE o.session_id = events.session_id
-	AND o.session_id != '' AND o.type IN ('` + string(TypeKubeRequest) + `', '` + string(TypeAuthDenied) + `'))`
-
-// unknownOutcome is the column Search reads Event.OutcomeUnknown from.
-const unknownOutcome = `(type = '` + string(TypeKubeSent) + `' AND ` + outcomeMissing + `)`
-
 // Search returns the newest events matching q, oldest first. A kube.sent
 // whose outcome is stored says nothing its kube.request does not, so it is
 // left out unless q.Type asks for kube.sent; one without an outcome is
 // returned with OutcomeUnknown (and PossiblyApplied) set.
 func (s *Store) Search(ctx context.Context, q Query) ([]Event, error) {
-	var where []string
-	var args []any
-	add := func(cond string, a ...any) { where = append(where, cond); args = append(args, a...) }
-	if q.User != "" {
-		add("(name = ? OR who = ?)", q.User, q.User)
-	}
-	if q.Cluster != "" {
-		add("cluster = ?", q.Cluster)
-	}
-	if q.Verb != "" {
-		add("verb = ?", q.Verb)
-	}
-	if q.Type != "" {
-		add("type = ?", string(q.Type))
-	}
-	if q.Action != "" {
-		// No column of its own: a refusal's action is read from its body.
-		add("type = ? AND json_extract(data, '$.denied.action') = ?", string(TypeAuthDenied), q.Action)
-	}
-	if !q.Since.IsZero() {
-		add("time_ns >= ?", q.Since.UnixNano())
-	}
-	switch {
-	case q.OutcomeUnknown:
-		add(unknownOutcome)
-	case q.Type == "":
-		add("(type != ? OR "+outcomeMissing+")", string(TypeKubeSent))
-	}
 	if q.Limit <= 0 {
 		q.Limit = 1000
 	}
-	query := "SELECT id, data, " + unknownOutcome + " FROM events"
-	if len(where) > 0 {
-		query += " WHERE " + strings.Join(where, " AND ")
+	dq := store.AuditQuery{User: q.User, Cluster: q.Cluster, Verb: q.Verb, Type: string(q.Type), Action: q.Action,
+		OutcomeUnknown: q.OutcomeUnknown, Limit: q.Limit}
+	if !q.Since.IsZero() {
+		dq.SinceNS = q.Since.UnixNano()
 	}
-	query += " ORDER BY time_ns DESC, id DESC LIMIT ?"
-	args = append(args, q.Limit)
-	rows, err := s.db.QueryContext(ctx, query, args...)
+	recs, err := s.db.Search(ctx, dq)
 	if err != nil {
 		return nil, fmt.Errorf("audit search: %w", wrapUnavailable(err))
 	}
-	defer rows.Close()
-	var out []Event
-	for rows.Next() {
-		var id int64
-		var data []byte
-		var unknown bool
-		if err := rows.Scan(&id, &data, &unknown); err != nil {
+	out := make([]Event, 0, len(recs))
+	// The engine answers newest first; Search returns oldest first.
+	for i := len(recs) - 1; i >= 0; i-- {
+		e, err := decode(recs[i])
+		if err != nil {
 			return nil, fmt.Errorf("audit search: %w", err)
 		}
-		var e Event
-		if err := json.Unmarshal(data, &e); err != nil {
-			return nil, fmt.Errorf("audit search: event %d is corrupt: %w", id, err)
-		}
-		e.ID = id
-		if unknown && e.Kube != nil {
+		if recs[i].OutcomeUnknown && e.Kube != nil {
 			e.OutcomeUnknown, e.PossiblyApplied = true, e.Kube.Mutating()
 		}
 		out = append(out, e)
 	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("audit search: %w", wrapUnavailable(err))
-	}
-	for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
-		out[i], out[j] = out[j], out[i]
-	}
 	return out, nil
+}
+
+// decode is the event of r, with ID set.
+func decode(r store.AuditRecord) (Event, error) {
+	var e Event
+	if err := json.Unmarshal(r.Data, &e); err != nil {
+		return Event{}, fmt.Errorf("event %d is corrupt: %w", r.Seq, err)
+	}
+	e.ID = r.Seq
+	return e, nil
 }
 
 func wrapUnavailable(err error) error {
@@ -118,8 +76,6 @@ func wrapUnavailable(err error) error {
 	}
 	return fmt.Errorf("%w: %w", ErrUnavailable, err)
 }
-
-const sessionEventQuery = `SELECT data FROM events WHERE session_id = ? AND session_id != '' AND type = ? ORDER BY id LIMIT 1`
 
 // SessionStart returns the first session.start stored for session id, and
 // whether there is one.
@@ -134,22 +90,20 @@ func (s *Store) SessionEnd(ctx context.Context, id string) (Event, bool, error) 
 }
 
 func (s *Store) sessionEvent(ctx context.Context, id string, typ Type) (Event, bool, error) {
-	var data []byte
 	if id == "" {
 		return Event{}, false, nil
 	}
-	// "session_id != ''" lets SQLite use the partial index events_session:
-	// without it, every lookup scans the whole table.
-	err := s.db.QueryRowContext(ctx, sessionEventQuery, id, string(typ)).Scan(&data)
-	if errors.Is(err, sql.ErrNoRows) {
-		return Event{}, false, nil
-	}
+	r, ok, err := s.db.SessionEvent(ctx, id, string(typ))
 	if err != nil {
 		return Event{}, false, fmt.Errorf("audit: %s of %s: %w", typ, id, wrapUnavailable(err))
 	}
-	var e Event
-	if err := json.Unmarshal(data, &e); err != nil {
-		return Event{}, false, fmt.Errorf("audit: %s of %s is corrupt: %w", typ, id, err)
+	if !ok {
+		return Event{}, false, nil
 	}
+	e, err := decode(r)
+	if err != nil {
+		return Event{}, false, fmt.Errorf("audit: %s of %s: %w", typ, id, err)
+	}
+	e.ID = 0 // as before: the session's events are read for their fields
 	return e, true, nil
 }

@@ -2,24 +2,21 @@ package audit
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
-
 	"github.com/limenhq/limen/gateway/bytesize"
+	"github.com/limenhq/limen/gateway/store"
+	"github.com/limenhq/limen/gateway/store/sqlite"
 )
 
 // FileName is the audit database's name inside the proxy's data directory.
-const FileName = "audit.db"
+const FileName = sqlite.AuditFile
 
 // Path is the audit database's path in the proxy's data directory.
 func Path(dataDir string) string { return filepath.Join(dataDir, FileName) }
@@ -34,24 +31,6 @@ const DefaultMaxBytes int64 = 10 << 30
 // MinMaxBytes is the smallest size limit accepted: the empty schema and a
 // few thousand events.
 const MinMaxBytes int64 = 1 << 20
-
-const schema = `
-CREATE TABLE IF NOT EXISTS events (
-	id         INTEGER PRIMARY KEY AUTOINCREMENT,
-	time_ns    INTEGER NOT NULL,
-	type       TEXT    NOT NULL,
-	who        TEXT    NOT NULL,
-	name       TEXT    NOT NULL,
-	cluster    TEXT    NOT NULL,
-	verb       TEXT    NOT NULL,
-	session_id TEXT    NOT NULL,
-	data       TEXT    NOT NULL
-);
-CREATE INDEX IF NOT EXISTS events_time    ON events (time_ns);
-CREATE INDEX IF NOT EXISTS events_name    ON events (name, time_ns);
-CREATE INDEX IF NOT EXISTS events_cluster ON events (cluster, time_ns);
-CREATE INDEX IF NOT EXISTS events_session ON events (session_id) WHERE session_id != '';
-`
 
 // Options tunes a Store. The zero value is a writable store.
 type Options struct {
@@ -81,23 +60,20 @@ type Options struct {
 // appended outcome waits for the next request's record to share its fsync.
 const DefaultLinger = 5 * time.Millisecond
 
-// Store is the proxy's SQLite audit store (WAL, synchronous=FULL). Events
-// are group-committed: one goroutine owned by the Store takes every event
+// Store is the proxy's audit trail, through a store.Audit driver (an
+// SQLite file with WAL and synchronous=FULL, or the shared PostgreSQL
+// database). Events are group-committed: one goroutine owned by the Store takes every event
 // waiting at that moment, writes them in one transaction and answers each
 // caller after the commit's fsync. Concurrent callers therefore share
 // fsyncs instead of queueing behind one each. Submit queues an event without
 // waiting, so that a caller can do other work (forward a request) while the
 // commit is under way; Emit waits.
 type Store struct {
-	db     *sql.DB
-	insert *sql.Stmt // nil when read-only
-	// measureStmt reads the pages in use (measure).
-	measureStmt *sql.Stmt
-	log         *slog.Logger
-	path        string
-	maxBatch    int
-	maxBytes    int64
-	readOnly    bool
+	db       store.Audit
+	log      *slog.Logger
+	maxBatch int
+	maxBytes int64
+	readOnly bool
 	// used is the bytes held by the database's pages in use, as last
 	// measured (every measureEvery commits, after each one near the limit,
 	// and whenever it looked full), plus what fit reckons of the events
@@ -133,9 +109,23 @@ type pending struct {
 	done  chan error // one slot: the batcher never waits on a caller
 }
 
-// Open opens (creating if needed, unless opts.ReadOnly) the store at path,
-// usually Path(dataDir). Close it to stop its batcher.
+// Open opens (creating if needed, unless opts.ReadOnly) the SQLite store
+// at path, usually Path(dataDir). Close it to stop its batcher.
 func Open(ctx context.Context, path string, opts Options) (*Store, error) {
+	db, err := sqlite.OpenAudit(ctx, path, opts.ReadOnly)
+	if err != nil {
+		return nil, err
+	}
+	s, err := New(ctx, db, opts)
+	if err != nil {
+		db.Close()
+	}
+	return s, err
+}
+
+// New builds the store over db and starts its batcher (unless
+// opts.ReadOnly); Close stops it and closes db.
+func New(ctx context.Context, db store.Audit, opts Options) (*Store, error) {
 	if opts.MaxBatch <= 0 {
 		opts.MaxBatch = DefaultMaxBatch
 	}
@@ -148,28 +138,9 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if opts.Linger == 0 {
 		opts.Linger = DefaultLinger
 	}
-	if opts.ReadOnly {
-		if _, err := os.Stat(path); err != nil {
-			return nil, fmt.Errorf("open audit store %s: %w", path, err)
-		}
-	}
-	db, err := sql.Open("sqlite", dsn(path, opts.ReadOnly))
-	if err != nil {
-		return nil, fmt.Errorf("open audit store %s: %w", path, err)
-	}
-	if !opts.ReadOnly {
-		if _, err := db.ExecContext(ctx, schema); err != nil {
-			db.Close()
-			return nil, fmt.Errorf("open audit store %s: create schema: %w", path, err)
-		}
-	} else if err := db.PingContext(ctx); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("open audit store %s: %w", path, err)
-	}
 	s := &Store{
 		db:       db,
 		log:      opts.Logger,
-		path:     path,
 		maxBatch: opts.MaxBatch,
 		maxBytes: opts.MaxBytes,
 		readOnly: opts.ReadOnly,
@@ -179,17 +150,8 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		quit:     make(chan struct{}),
 		stopped:  make(chan struct{}),
 	}
-	// Prepared once: parsing them on every commit was a sixth of the
-	// append path's CPU (go test -cpuprofile, BenchmarkEmitSerial).
-	if s.measureStmt, err = db.PrepareContext(ctx, measureQuery); err == nil && !opts.ReadOnly {
-		s.insert, err = db.PrepareContext(ctx, insertQuery)
-	}
-	if err == nil {
-		_, err = s.measure(ctx)
-	}
-	if err != nil {
-		db.Close()
-		return nil, fmt.Errorf("open audit store %s: %w", path, err)
+	if _, err := s.measure(ctx); err != nil {
+		return nil, fmt.Errorf("open audit store %s: %w", db.Location(), err)
 	}
 	if opts.ReadOnly {
 		close(s.stopped)
@@ -197,17 +159,6 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		go s.run()
 	}
 	return s, nil
-}
-
-func dsn(path string, readOnly bool) string {
-	// SQLite URI: escape the characters that would end the path.
-	p := strings.NewReplacer("%", "%25", "?", "%3F", "#", "%23").Replace(path)
-	if readOnly {
-		return "file:" + p + "?mode=ro&_pragma=busy_timeout(5000)&_pragma=query_only(1)"
-	}
-	// synchronous=FULL: in WAL mode NORMAL does not fsync at commit, and an
-	// event must survive a power cut once Emit has returned.
-	return "file:" + p + "?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_txlock=immediate"
 }
 
 // Close commits the events queued so far, stops the batcher and closes the
@@ -525,37 +476,32 @@ func (s *Store) estimate(batch []*pending) int64 {
 	return n
 }
 
-const insertQuery = `INSERT INTO events
-	(time_ns, type, who, name, cluster, verb, session_id, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`
-
 func (s *Store) commit(batch []*pending) error {
 	// Not tied to any caller's context: a cancelled request must not abort
 	// the other events sharing the transaction.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
+	rows := make([]store.AuditRecord, len(batch))
+	for i, p := range batch {
+		rows[i] = record(p.e, p.data)
 	}
-	defer tx.Rollback()                   //nolint:errcheck // after Commit it is a no-op
-	stmt := tx.StmtContext(ctx, s.insert) // prepared once per connection
-	defer stmt.Close()
-	for _, p := range batch {
-		e := p.e
-		who := ""
-		if e.Principal.Name != "" {
-			who = e.Principal.String()
-		}
-		verb := ""
-		if e.Kube != nil {
-			verb = e.Kube.Verb
-		}
-		if _, err := stmt.ExecContext(ctx, e.Time.UnixNano(), string(e.Type), who, e.Principal.Name,
-			e.Cluster, verb, e.SessionID, p.data); err != nil {
-			return err
-		}
+	return s.db.Append(ctx, rows)
+}
+
+// record is the row of e, whose JSON is data.
+func record(e Event, data []byte) store.AuditRecord {
+	r := store.AuditRecord{TimeNS: e.Time.UnixNano(), Type: string(e.Type), Name: e.Principal.Name,
+		Cluster: e.Cluster, SessionID: e.SessionID, Data: data}
+	if e.Principal.Name != "" {
+		r.Who = e.Principal.String()
 	}
-	return tx.Commit()
+	if e.Kube != nil {
+		r.Verb = e.Kube.Verb
+	}
+	if e.Type == TypeAuthDenied && e.Denied != nil {
+		r.Action = e.Denied.Action
+	}
+	return r
 }
 
 // ErrFull means the audit database reached its size limit: its events, and
@@ -579,7 +525,7 @@ func (e *FullError) Error() string {
 func (e *FullError) Is(target error) bool { return target == ErrFull || target == ErrUnavailable }
 
 func (s *Store) full() error {
-	return &FullError{Path: s.path, Used: s.used.Load(), Max: s.maxBytes}
+	return &FullError{Path: s.db.Location(), Used: s.used.Load(), Max: s.maxBytes}
 }
 
 // rowOverhead is what an event costs the database beyond its JSON: the
@@ -609,24 +555,19 @@ func (s *Store) fit(batch []*pending) int {
 	}
 	n := need(used)
 	if n < len(batch) {
-		s.log.Error("audit database full; events refused", "events", len(batch)-n, "path", s.path,
+		s.log.Error("audit database full; events refused", "events", len(batch)-n, "path", s.db.Location(),
 			"used", used, "limit", s.maxBytes)
 	}
 	return n
 }
 
-const measureQuery = "SELECT p.page_count, f.freelist_count, z.page_size " +
-	"FROM pragma_page_count() AS p, pragma_freelist_count() AS f, pragma_page_size() AS z"
-
-// measure reads the bytes held by the database's pages in use (free pages
-// are reused before the file grows) and remembers them.
+// measure reads the bytes the trail holds (in SQLite its pages in use:
+// free pages are reused before the file grows) and remembers them.
 func (s *Store) measure(ctx context.Context) (int64, error) {
-	var pages, free, size int64
-	err := s.measureStmt.QueryRowContext(ctx).Scan(&pages, &free, &size)
+	used, err := s.db.Used(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("measure audit database: %w", wrapUnavailable(err))
 	}
-	used := (pages - free) * size
 	s.used.Store(used)
 	return used, nil
 }
@@ -652,7 +593,7 @@ func (s *Store) Room(ctx context.Context) error {
 // Usage is how much of its limit the audit database uses.
 type Usage struct {
 	// Used is the bytes its pages in use hold; File the size of the
-	// database file, free pages included.
+	// database file (PostgreSQL: the database), free pages included.
 	Used, File, Max int64
 	Events          int64
 }
@@ -665,10 +606,10 @@ func (s *Store) Usage(ctx context.Context) (Usage, error) {
 		return Usage{}, err
 	}
 	u := Usage{Used: used, Max: s.maxBytes}
-	if fi, err := os.Stat(s.path); err == nil {
-		u.File = fi.Size()
+	if n, err := s.db.Size(ctx); err == nil {
+		u.File = n
 	}
-	if err := s.db.QueryRowContext(ctx, "SELECT count(*) FROM events").Scan(&u.Events); err != nil {
+	if u.Events, err = s.db.Count(ctx); err != nil {
 		return u, fmt.Errorf("count audit events: %w", wrapUnavailable(err))
 	}
 	return u, nil

@@ -117,7 +117,7 @@ func TestEmitFailsClosed(t *testing.T) {
 		{"store closed", func(s *Store) { s.Close() }, nil},
 		{"database closed under the batcher", func(s *Store) { s.db.Close() }, nil},
 		{"table gone", func(s *Store) {
-			if _, err := s.db.Exec("DROP TABLE events"); err != nil {
+			if _, err := sqlDB(s).Exec("DROP TABLE events"); err != nil {
 				t.Fatal(err)
 			}
 		}, nil},

@@ -1,7 +1,10 @@
 package audit
 
 import (
+	"database/sql"
+
 	"context"
+	"github.com/limenhq/limen/gateway/store/sqlite"
 	"log/slog"
 	"path/filepath"
 	"testing"
@@ -41,3 +44,7 @@ func openTemp(t testing.TB, opts Options) (*Store, string) {
 	t.Cleanup(func() { s.Close() })
 	return s, path
 }
+
+// sqlDB is the SQLite handle under s, for the tests that play an operator
+// beside the store.
+func sqlDB(s *Store) *sql.DB { return s.db.(*sqlite.Audit).DB() }

@@ -1,5 +1,6 @@
-// Package bots keeps Limen's bots (CI jobs and other automation) in an
-// SQLite file in the proxy's data directory: each bot's traits, and the
+// Package bots keeps Limen's bots (CI jobs and other automation) through
+// gateway/store (an SQLite file in the proxy's data directory, or the
+// shared PostgreSQL database): each bot's traits, and the
 // join secrets a bot logs in with. A secret is shown once and stored only
 // as its SHA-256 (it is 32 random bytes, so a slow hash adds nothing); it
 // has an expiry and optionally a number of uses, and each login spends one.
@@ -10,24 +11,22 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
-	"database/sql"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
-	_ "modernc.org/sqlite" // database/sql driver "sqlite"
-
 	"github.com/limenhq/limen/gateway/identity"
+	"github.com/limenhq/limen/gateway/store"
+	"github.com/limenhq/limen/gateway/store/sqlite"
 )
 
 // FileName is the store's file inside the data directory.
-const FileName = "bots.db"
+const FileName = sqlite.BotsFile
 
 // Path is the store's path in dataDir.
 func Path(dataDir string) string { return filepath.Join(dataDir, FileName) }
@@ -61,48 +60,28 @@ type SecretInfo struct {
 	By       string `json:"created_by"`
 }
 
-// Store is the bot directory; safe for concurrent use.
+// Store is the bot directory over a store.Bots driver; safe for
+// concurrent use.
 type Store struct {
-	db  *sql.DB
+	db  store.Bots
 	now func() time.Time
 }
 
-const schema = `CREATE TABLE IF NOT EXISTS bots (
-	name    TEXT PRIMARY KEY,
-	traits  TEXT NOT NULL,
-	created INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS secrets (
-	id        TEXT PRIMARY KEY,
-	bot       TEXT NOT NULL REFERENCES bots(name) ON DELETE CASCADE,
-	hash      BLOB NOT NULL,
-	expires   INTEGER NOT NULL,
-	uses_left INTEGER NOT NULL,
-	by        TEXT NOT NULL
-)`
-
-// Open opens (creating if needed) the store at path. now may be nil.
+// Open opens (creating if needed) the SQLite store at path. now may be nil.
 func Open(path string, now func() time.Time) (*Store, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return nil, fmt.Errorf("open bot store %s: %w", path, err)
-	}
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	db, err := sqlite.OpenBots(context.Background(), path)
 	if err != nil {
-		return nil, fmt.Errorf("open bot store %s: %w", path, err)
+		return nil, err
 	}
-	f.Close()
-	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_pragma=foreign_keys(1)&_txlock=immediate")
-	if err != nil {
-		return nil, fmt.Errorf("open bot store %s: %w", path, err)
-	}
-	if _, err := db.Exec(schema); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("open bot store %s: %w", path, err)
-	}
+	return New(db, now), nil
+}
+
+// New builds the directory over db; Close closes db. now may be nil.
+func New(db store.Bots, now func() time.Time) *Store {
 	if now == nil {
 		now = time.Now
 	}
-	return &Store{db: db, now: now}, nil
+	return &Store{db: db, now: now}
 }
 
 // Close closes the database.
@@ -117,8 +96,8 @@ func (s *Store) Add(ctx context.Context, name string, traits map[string][]string
 	if err != nil {
 		return err
 	}
-	_, err = s.db.ExecContext(ctx, `INSERT INTO bots (name, traits, created) VALUES (?, ?, ?)`, name, string(tj), s.now().Unix())
-	if err != nil && strings.Contains(err.Error(), "UNIQUE") {
+	err = s.db.Insert(ctx, store.BotRecord{Name: name, Traits: string(tj), Created: s.now().Unix()})
+	if errors.Is(err, store.ErrExists) {
 		return fmt.Errorf("bot %s: %w", name, ErrExists)
 	}
 	return err
@@ -126,54 +105,45 @@ func (s *Store) Add(ctx context.Context, name string, traits map[string][]string
 
 // Remove deletes a bot and all its secrets.
 func (s *Store) Remove(ctx context.Context, name string) error {
-	res, err := s.db.ExecContext(ctx, `DELETE FROM bots WHERE name = ?`, name)
-	if err != nil {
-		return err
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
+	err := s.db.Delete(ctx, name)
+	if errors.Is(err, store.ErrNotFound) {
 		return fmt.Errorf("bot %s: %w", name, ErrNotFound)
 	}
-	return nil
+	return err
 }
 
 // Get returns one bot.
 func (s *Store) Get(ctx context.Context, name string) (Bot, error) {
-	var b Bot
-	var tj string
-	var created int64
-	err := s.db.QueryRowContext(ctx, `SELECT name, traits, created FROM bots WHERE name = ?`, name).Scan(&b.Name, &tj, &created)
-	if errors.Is(err, sql.ErrNoRows) {
-		return b, fmt.Errorf("bot %s: %w", name, ErrNotFound)
+	r, err := s.db.Get(ctx, name)
+	if errors.Is(err, store.ErrNotFound) {
+		return Bot{}, fmt.Errorf("bot %s: %w", name, ErrNotFound)
 	}
 	if err != nil {
-		return b, err
+		return Bot{}, err
 	}
-	b.Created = time.Unix(created, 0).UTC()
-	return b, json.Unmarshal([]byte(tj), &b.Traits)
+	return fromRecord(r)
+}
+
+func fromRecord(r store.BotRecord) (Bot, error) {
+	b := Bot{Name: r.Name, Created: time.Unix(r.Created, 0).UTC()}
+	return b, json.Unmarshal([]byte(r.Traits), &b.Traits)
 }
 
 // List returns every bot, by name.
 func (s *Store) List(ctx context.Context) ([]Bot, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT name, traits, created FROM bots ORDER BY name`)
+	recs, err := s.db.List(ctx)
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
 	out := []Bot{}
-	for rows.Next() {
-		var b Bot
-		var tj string
-		var created int64
-		if err := rows.Scan(&b.Name, &tj, &created); err != nil {
+	for _, r := range recs {
+		b, err := fromRecord(r)
+		if err != nil {
 			return nil, err
 		}
-		if err := json.Unmarshal([]byte(tj), &b.Traits); err != nil {
-			return nil, err
-		}
-		b.Created = time.Unix(created, 0).UTC()
 		out = append(out, b)
 	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // secretPrefix marks a Limen bot join secret, so that secret scanners and
@@ -201,8 +171,12 @@ func (s *Store) CreateSecret(ctx context.Context, bot string, ttl time.Duration,
 		info.UsesLeft = -1
 	}
 	sum := sha256.Sum256(secret)
-	if _, err := s.db.ExecContext(ctx, `INSERT INTO secrets (id, bot, hash, expires, uses_left, by) VALUES (?, ?, ?, ?, ?, ?)`,
-		info.ID, bot, sum[:], info.Expires.Unix(), info.UsesLeft, info.By); err != nil {
+	err := s.db.InsertSecret(ctx, store.SecretRecord{ID: info.ID, Bot: bot, Hash: sum[:], Expires: info.Expires.Unix(),
+		UsesLeft: info.UsesLeft, By: info.By})
+	if errors.Is(err, store.ErrNotFound) {
+		return "", SecretInfo{}, fmt.Errorf("bot %s: %w", bot, ErrNotFound)
+	}
+	if err != nil {
 		return "", SecretInfo{}, err
 	}
 	return secretPrefix + info.ID + "." + base64.RawURLEncoding.EncodeToString(secret), info, nil
@@ -217,33 +191,22 @@ func (s *Store) Redeem(ctx context.Context, bot, secret string) (Bot, SecretInfo
 		return Bot{}, SecretInfo{}, ErrBadSecret
 	}
 	sum := sha256.Sum256(key)
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return Bot{}, SecretInfo{}, err
-	}
-	defer tx.Rollback()
 	var info SecretInfo
-	var hash []byte
-	var expires int64
-	err = tx.QueryRowContext(ctx, `SELECT id, bot, hash, expires, uses_left, by FROM secrets WHERE id = ?`, id).
-		Scan(&info.ID, &info.Bot, &hash, &expires, &info.UsesLeft, &info.By)
-	if errors.Is(err, sql.ErrNoRows) {
+	err = s.db.UpdateSecret(ctx, id, func(r *store.SecretRecord) error {
+		info = SecretInfo{ID: r.ID, Bot: r.Bot, Expires: time.Unix(r.Expires, 0).UTC(), UsesLeft: r.UsesLeft, By: r.By}
+		if subtle.ConstantTimeCompare(r.Hash, sum[:]) != 1 || info.Bot != bot || !s.now().Before(info.Expires) || info.UsesLeft == 0 {
+			return ErrBadSecret
+		}
+		if r.UsesLeft > 0 {
+			r.UsesLeft--
+			info.UsesLeft = r.UsesLeft
+		}
+		return nil
+	})
+	if errors.Is(err, store.ErrNotFound) {
 		return Bot{}, SecretInfo{}, ErrBadSecret
 	}
 	if err != nil {
-		return Bot{}, SecretInfo{}, err
-	}
-	info.Expires = time.Unix(expires, 0).UTC()
-	if subtle.ConstantTimeCompare(hash, sum[:]) != 1 || info.Bot != bot || !s.now().Before(info.Expires) || info.UsesLeft == 0 {
-		return Bot{}, SecretInfo{}, ErrBadSecret
-	}
-	if info.UsesLeft > 0 {
-		info.UsesLeft--
-		if _, err := tx.ExecContext(ctx, `UPDATE secrets SET uses_left = ? WHERE id = ?`, info.UsesLeft, id); err != nil {
-			return Bot{}, SecretInfo{}, err
-		}
-	}
-	if err := tx.Commit(); err != nil {
 		return Bot{}, SecretInfo{}, err
 	}
 	b, err := s.Get(ctx, bot)

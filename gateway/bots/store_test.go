@@ -2,6 +2,7 @@ package bots
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"path/filepath"
 	"strings"
@@ -12,21 +13,27 @@ import (
 )
 
 func open(t *testing.T) (*Store, *time.Time) {
+	s, now, _ := openAt(t)
+	return s, now
+}
+
+func openAt(t *testing.T) (*Store, *time.Time, string) {
 	t.Helper()
 	now := time.Date(2026, 12, 1, 6, 0, 0, 0, time.UTC)
-	s, err := Open(filepath.Join(t.TempDir(), FileName), func() time.Time { return now })
+	path := filepath.Join(t.TempDir(), FileName)
+	s, err := Open(path, func() time.Time { return now })
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	return s, &now
+	return s, &now, path
 }
 
 var admin = identity.Principal{Kind: identity.KindUser, Name: "root"}
 
 func TestSecretLifecycle(t *testing.T) {
 	ctx := context.Background()
-	s, now := open(t)
+	s, now, path := openAt(t)
 	if err := s.Add(ctx, "ci", map[string][]string{"team": {"web"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -42,8 +49,13 @@ func TestSecretLifecycle(t *testing.T) {
 	}
 	// The store holds no copy of the secret.
 	_, key, _ := strings.Cut(secret, ".")
+	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
 	var n int
-	if err := s.db.QueryRow(`SELECT count(*) FROM secrets WHERE instr(id || hash || by || bot, ?) > 0`, key).Scan(&n); err != nil || n != 0 {
+	if err := db.QueryRow(`SELECT count(*) FROM secrets WHERE instr(id || hash || by || bot, ?) > 0`, key).Scan(&n); err != nil || n != 0 {
 		t.Fatalf("the secret is stored in clear (%d rows, %v)", n, err)
 	}
 	if _, _, err := s.Redeem(ctx, "other", secret); !errors.Is(err, ErrBadSecret) {

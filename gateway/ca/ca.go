@@ -49,6 +49,13 @@ const (
 type Options struct {
 	// DataDir holds the generated keys and certificates under DataDir/ca.
 	DataDir string
+	// KeysDir, when set, holds the key material every proxy of one
+	// deployment must share (root, user and worker issuers, grant key),
+	// made beforehand by InitKeys (limen proxy keys init) and mounted
+	// read-only (a Kubernetes Secret). Open then generates none of it: a
+	// proxy that made its own would split the deployment in two. The
+	// serving certificate stays per proxy in DataDir/ca.
+	KeysDir string
 	// CACertFile and CAKeyFile name an operator-provided root CA (both or
 	// neither). Without them a root is generated on first start.
 	CACertFile, CAKeyFile string
@@ -77,6 +84,8 @@ type issuer struct {
 
 // Authority is the proxy's CA. It is safe for concurrent use.
 type Authority struct {
+	// shared: the key material is KeysDir's, never generated here.
+	shared    bool
 	root      issuer
 	user      issuer
 	worker    issuer
@@ -99,7 +108,7 @@ func Open(opts Options) (*Authority, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	a := &Authority{userTTL: opts.UserCertTTL, workerTTL: opts.WorkerCertTTL, now: opts.Now}
+	a := &Authority{userTTL: opts.UserCertTTL, workerTTL: opts.WorkerCertTTL, now: opts.Now, shared: opts.KeysDir != ""}
 	if a.userTTL == 0 {
 		a.userTTL = DefaultUserCertTTL
 	}
@@ -113,31 +122,96 @@ func Open(opts Options) (*Authority, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create CA directory: %w", err)
 	}
+	keys := dir
+	if a.shared {
+		keys = opts.KeysDir
+	}
+	if err := a.loadKeys(keys, opts, log); err != nil {
+		return nil, err
+	}
 	var err error
-	if a.root, err = a.loadRoot(dir, opts, log); err != nil {
-		return nil, err
-	}
-	if a.user, err = a.loadIssuer(dir, "user", log); err != nil {
-		return nil, err
-	}
-	if a.worker, err = a.loadIssuer(dir, "worker", log); err != nil {
-		return nil, err
-	}
 	if a.serving, err = a.loadServing(dir, opts, log); err != nil {
 		return nil, err
 	}
-	gk, created, err := loadOrCreateKey(filepath.Join(dir, "grant.key"), genEd25519)
+	return a, nil
+}
+
+// loadKeys loads (or, unless shared, makes) the root, the two issuers and
+// the grant key in dir.
+func (a *Authority) loadKeys(dir string, opts Options, log *slog.Logger) error {
+	var err error
+	if a.root, err = a.loadRoot(dir, opts, log); err != nil {
+		return err
+	}
+	if a.user, err = a.loadIssuer(dir, "user", log); err != nil {
+		return err
+	}
+	if a.worker, err = a.loadIssuer(dir, "worker", log); err != nil {
+		return err
+	}
+	gk, created, err := a.key(filepath.Join(dir, "grant.key"), genEd25519)
 	if err != nil {
-		return nil, fmt.Errorf("grant signing key: %w", err)
+		return fmt.Errorf("grant signing key: %w", err)
 	}
 	var ok bool
 	if a.grantKey, ok = gk.(ed25519.PrivateKey); !ok {
-		return nil, fmt.Errorf("%s holds a %T key; the grant key must be Ed25519", filepath.Join(dir, "grant.key"), gk)
+		return fmt.Errorf("%s holds a %T key; the grant key must be Ed25519", filepath.Join(dir, "grant.key"), gk)
 	}
 	if created {
 		log.Info("generated grant signing key", "path", filepath.Join(dir, "grant.key"))
 	}
-	return a, nil
+	return nil
+}
+
+// errSharedMissing is the refusal to generate shared key material.
+func errSharedMissing(path string) error {
+	return fmt.Errorf("%s: missing or unusable in the shared ca-dir; this proxy does not make its own CA or grant key "+
+		"(proxies would no longer trust each other's certificates): run limen proxy keys init --ca-dir DIR and mount DIR on every proxy", path)
+}
+
+// key loads the key at path, generating it when missing unless the key
+// material is shared.
+func (a *Authority) key(path string, gen func() (crypto.Signer, error)) (crypto.Signer, bool, error) {
+	if a.shared {
+		data, err := os.ReadFile(path)
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, false, errSharedMissing(path)
+		}
+		if err != nil {
+			return nil, false, fmt.Errorf("read %s: %w", path, err)
+		}
+		k, err := ParseKeyPEM(data)
+		if err != nil {
+			return nil, false, fmt.Errorf("%s: %w", path, err)
+		}
+		return k, false, nil
+	}
+	return loadOrCreateKey(path, gen)
+}
+
+// InitKeys makes (or completes, or renews when near their end) the key
+// material proxies share in dir: what `limen proxy keys init` writes
+// before the first proxy starts. opts.CACertFile and CAKeyFile name an
+// operator's root, as for Open. It returns the root's fingerprint.
+func InitKeys(dir string, opts Options) (string, error) {
+	if (opts.CACertFile == "") != (opts.CAKeyFile == "") {
+		return "", errors.New("ca-cert and ca-key must be given together")
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	a := &Authority{now: opts.Now}
+	if a.now == nil {
+		a.now = time.Now
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("create %s: %w", dir, err)
+	}
+	if err := a.loadKeys(dir, opts, log); err != nil {
+		return "", err
+	}
+	return a.Fingerprint(), nil
 }
 
 func (o Options) validate() error {
@@ -180,7 +254,7 @@ func (a *Authority) loadRoot(dir string, opts Options, log *slog.Logger) (issuer
 		}
 		return issuer{cert, key}, nil
 	}
-	key, _, err := loadOrCreateKey(filepath.Join(dir, "root.key"), genECDSA)
+	key, _, err := a.key(filepath.Join(dir, "root.key"), genECDSA)
 	if err != nil {
 		return issuer{}, fmt.Errorf("root CA key: %w", err)
 	}
@@ -191,6 +265,9 @@ func (a *Authority) loadRoot(dir string, opts Options, log *slog.Logger) (issuer
 	}
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return issuer{}, fmt.Errorf("root CA certificate: %w", err)
+	}
+	if a.shared {
+		return issuer{}, errSharedMissing(certPath)
 	}
 	cert, err = a.selfSign(key)
 	if err != nil {
@@ -206,7 +283,7 @@ func (a *Authority) loadRoot(dir string, opts Options, log *slog.Logger) (issuer
 // loadIssuer returns the intermediate named name, regenerating it when it is
 // missing, not signed by the current root, or near its end.
 func (a *Authority) loadIssuer(dir, name string, log *slog.Logger) (issuer, error) {
-	key, _, err := loadOrCreateKey(filepath.Join(dir, name+".key"), genECDSA)
+	key, _, err := a.key(filepath.Join(dir, name+".key"), genECDSA)
 	if err != nil {
 		return issuer{}, fmt.Errorf("%s issuer key: %w", name, err)
 	}
@@ -218,6 +295,17 @@ func (a *Authority) loadIssuer(dir, name string, log *slog.Logger) (issuer, erro
 	}
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return issuer{}, fmt.Errorf("%s issuer certificate: %w", name, err)
+	}
+	if a.shared {
+		// Shared issuers are renewed by limen proxy keys init, for every
+		// proxy at once; until they expire this one keeps serving.
+		if err == nil && samePublicKey(cert.PublicKey, key.Public()) && cert.CheckSignatureFrom(a.root.cert) == nil &&
+			a.now().Before(cert.NotAfter) {
+			log.Warn("shared certificate issuer expires soon: run limen proxy keys init on the ca-dir and roll it out",
+				"name", name, "path", certPath, "not_after", cert.NotAfter)
+			return issuer{cert, key}, nil
+		}
+		return issuer{}, errSharedMissing(certPath)
 	}
 	cert, err = a.signIssuer(name, key)
 	if err != nil {
@@ -316,7 +404,7 @@ func (a *Authority) Fingerprint() string { return Fingerprint(a.root.cert) }
 func (a *Authority) ServingCertificate() tls.Certificate { return a.serving }
 
 // GrantSigningKey is the Ed25519 key the proxy signs grants with. It is
-// generated in DataDir/ca/grant.key on first start.
+// generated in DataDir/ca/grant.key on first start, or read from KeysDir.
 func (a *Authority) GrantSigningKey() ed25519.PrivateKey { return a.grantKey }
 
 // GrantPublicKey is the key workers receive at enrollment to verify grants.

@@ -1,20 +1,22 @@
 package console
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/limenhq/limen/gateway/audit"
 	"github.com/limenhq/limen/gateway/identity"
+	"github.com/limenhq/limen/gateway/store"
 	"github.com/limenhq/limen/gateway/users"
 )
 
@@ -43,15 +45,10 @@ type signin struct {
 	local bool
 }
 
-// signins are the console's sign-ins, kept in memory by the SHA-256 of
-// their cookie, so that the map holds no usable credential. A proxy restart
-// signs everyone out, which a short-lived sign-in makes cheap.
-type signins struct {
-	mu sync.Mutex
-	m  map[string]*signin
-}
-
-func newSignins() *signins { return &signins{m: map[string]*signin{}} }
+// signins are the console's sign-ins in a store.SignIns (in memory for the
+// embedded engine, or shared by every proxy on PostgreSQL), by the
+// SHA-256 of their cookie, so that the store holds no usable credential.
+type signins struct{ db store.SignIns }
 
 func digest(token string) string {
 	s := sha256.Sum256([]byte(token))
@@ -64,32 +61,39 @@ func randomToken() string {
 	return hex.EncodeToString(b)
 }
 
-func (s *signins) add(p identity.Principal, expires time.Time, local bool) (token string, si *signin) {
+func (s signins) add(ctx context.Context, p identity.Principal, now, expires time.Time, local bool) (token string, si *signin, err error) {
 	token = randomToken()
 	si = &signin{p: p, expires: expires, csrf: randomToken(), local: local}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.m[digest(token)] = si
-	return token, si
-}
-
-// get returns the live sign-in of token, dropping expired ones as it goes.
-func (s *signins) get(token string, now time.Time) (*signin, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for k, v := range s.m {
-		if !now.Before(v.expires) {
-			delete(s.m, k)
-		}
+	pj, err := json.Marshal(p)
+	if err != nil {
+		return "", nil, err
 	}
-	si, ok := s.m[digest(token)]
-	return si, ok
+	err = s.db.Put(ctx, store.SignInRecord{Digest: digest(token), Principal: string(pj), CSRF: si.csrf, Expires: expires.UnixNano(), Local: local}, now.UnixNano())
+	if err != nil {
+		return "", nil, fmt.Errorf("store the sign-in: %w", err)
+	}
+	return token, si, nil
 }
 
-func (s *signins) remove(token string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.m, digest(token))
+// get returns the live sign-in of token; an unreachable store is no
+// sign-in (fail closed), with the error.
+func (s signins) get(ctx context.Context, token string, now time.Time) (*signin, bool, error) {
+	r, err := s.db.Get(ctx, digest(token), now.UnixNano())
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("read the sign-in: %w", err)
+	}
+	si := &signin{expires: time.Unix(0, r.Expires), csrf: r.CSRF, local: r.Local}
+	if err := json.Unmarshal([]byte(r.Principal), &si.p); err != nil {
+		return nil, false, fmt.Errorf("stored sign-in is corrupt: %w", err)
+	}
+	return si, true, nil
+}
+
+func (s signins) remove(ctx context.Context, token string) error {
+	return s.db.Delete(ctx, digest(token))
 }
 
 // userHandler serves a request of a signed-in, checked user.
@@ -170,7 +174,11 @@ func (h *Handler) check(r *http.Request) (*signin, error) {
 	if err != nil || c.Value == "" {
 		return nil, errSignedOut
 	}
-	s, ok := h.sessions.get(c.Value, h.cfg.Now())
+	s, ok, err := h.sessions.get(r.Context(), c.Value, h.cfg.Now())
+	if err != nil {
+		h.cfg.Logger.Error("console sign-in unreadable; treated as signed out", "err", err)
+		return nil, errSignedOut
+	}
 	if !ok {
 		return nil, errSignedOut
 	}
@@ -222,7 +230,9 @@ func (h *Handler) setCookie(w http.ResponseWriter, name, value string, maxAge ti
 
 func (h *Handler) dropCookie(w http.ResponseWriter, r *http.Request) {
 	if c, err := r.Cookie(cookieSession); err == nil {
-		h.sessions.remove(c.Value)
+		if err := h.sessions.remove(r.Context(), c.Value); err != nil {
+			h.cfg.Logger.Error("console sign-out not stored", "err", err)
+		}
 	}
 	http.SetCookie(w, &http.Cookie{Name: cookieSession, Value: "", Path: cookiePath, MaxAge: -1,
 		HttpOnly: true, Secure: true, SameSite: http.SameSiteStrictMode})
@@ -292,7 +302,7 @@ func (h *Handler) signin(w http.ResponseWriter, r *http.Request) {
 			again(http.StatusForbidden, err.Error())
 			return
 		}
-		again(http.StatusServiceUnavailable, "The audit trail is unavailable, so no one can sign in: try again later.")
+		again(http.StatusServiceUnavailable, "The audit trail or the sign-in store is unavailable, so no one can sign in: try again later.")
 		return
 	}
 	http.Redirect(w, r, Prefix+"sessions", http.StatusSeeOther)
@@ -308,22 +318,26 @@ var ErrLocked = errors.New("you are locked")
 // for them; otherwise the sign-in is audited as auth.login, bound to
 // client console whatever p says, and its cookie is set on w. The caller
 // then redirects. Any other error means the audit trail did not record
-// it, and no one is signed in.
+// it or the sign-in could not be stored, and no one is signed in.
 func (h *Handler) SignIn(w http.ResponseWriter, r *http.Request, p identity.Principal, method string) error {
 	p.ClientID = ClientID
 	if p.LoginID == "" {
 		p.LoginID = randomToken()[:24]
 	}
-	if err := h.cfg.Locks.Check(p, h.cfg.Now()); err != nil {
+	now := h.cfg.Now()
+	if err := h.cfg.Locks.Check(p, now); err != nil {
 		h.deny(r, p, "console sign-in: locked: "+err.Error())
 		return fmt.Errorf("%w: %w", ErrLocked, err)
 	}
-	expires := h.cfg.Now().Add(h.cfg.SessionTTL)
+	expires := now.Add(h.cfg.SessionTTL)
 	if err := h.emit(r, audit.Event{Type: audit.TypeAuthLogin, Principal: p, Fields: map[string]string{
 		"login_id": p.LoginID, "client": ClientID, "method": method, "expires": expires.UTC().Format(time.RFC3339)}}); err != nil {
 		return err
 	}
-	token, _ := h.sessions.add(p, expires, method == "password")
+	token, _, err := h.sessions.add(r.Context(), p, now, expires, method == "password")
+	if err != nil {
+		return err
+	}
 	h.setCookie(w, cookieSession, token, h.cfg.SessionTTL)
 	h.setCookie(w, cookiePre, "", -time.Second)
 	return nil

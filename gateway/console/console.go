@@ -31,6 +31,7 @@ import (
 	"github.com/limenhq/limen/gateway/policy"
 	"github.com/limenhq/limen/gateway/recstore"
 	"github.com/limenhq/limen/gateway/sessions"
+	"github.com/limenhq/limen/gateway/store"
 	"github.com/limenhq/limen/gateway/users"
 )
 
@@ -149,6 +150,9 @@ type Config struct {
 	// back (https://PROXY/console/oidc/callback, registered at the
 	// provider); required with OIDC.
 	OIDCRedirectURL string
+	// SignIns keeps the sign-ins (shared by the proxies of one database);
+	// nil keeps them in memory.
+	SignIns store.SignIns
 	// SessionTTL bounds a sign-in; 0 is DefaultSessionTTL.
 	SessionTTL time.Duration
 	// ClientAddr extracts the client's address for rate limiting and
@@ -165,7 +169,7 @@ var files embed.FS
 type Handler struct {
 	cfg      Config
 	mux      *http.ServeMux
-	sessions *signins
+	sessions signins
 	pages    *pages
 	assets   http.Handler
 }
@@ -203,6 +207,9 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.SignIns == nil {
+		cfg.SignIns = store.NewMemorySignIns()
+	}
 	pg, err := parsePages()
 	if err != nil {
 		return nil, err
@@ -211,7 +218,7 @@ func New(cfg Config) (*Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := &Handler{cfg: cfg, mux: http.NewServeMux(), sessions: newSignins(), pages: pg,
+	h := &Handler{cfg: cfg, mux: http.NewServeMux(), sessions: signins{cfg.SignIns}, pages: pg,
 		assets: http.StripPrefix(Prefix+"assets/", http.FileServerFS(sub))}
 	h.routes()
 	return h, nil

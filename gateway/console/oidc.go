@@ -125,7 +125,7 @@ func (h *Handler) oidcCallback(w http.ResponseWriter, r *http.Request) {
 		h.signinForm(w, r, http.StatusForbidden, err.Error(), "")
 		return
 	case err != nil:
-		h.fail(w, r, nil, http.StatusServiceUnavailable, "the audit trail is unavailable, so no one was signed in: try again later")
+		h.fail(w, r, nil, http.StatusServiceUnavailable, "the audit trail or the sign-in store is unavailable, so no one was signed in: try again later")
 		return
 	}
 	// A page, not a redirect: after a redirect chain that began at the

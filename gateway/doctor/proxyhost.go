@@ -12,6 +12,7 @@ import (
 	"github.com/limenhq/limen/gateway/bytesize"
 	"github.com/limenhq/limen/gateway/policy"
 	"github.com/limenhq/limen/gateway/recstore"
+	"github.com/limenhq/limen/gateway/store"
 )
 
 // FullWarnPercent is the share of a size limit past which a store warns.
@@ -27,6 +28,9 @@ type ProxyOptions struct {
 	// RecordingStore is the proxy's recording-store URL; empty or file://
 	// is a directory, judged against RecordingStoreMaxBytes.
 	RecordingStore string
+	// Store, when set, is the proxies' shared database, where the audit
+	// trail is checked instead of DataDir's file.
+	Store store.Backend
 }
 
 // Proxy runs the checks of the proxy's host: the policy bundle, the audit
@@ -37,7 +41,7 @@ func Proxy(ctx context.Context, o ProxyOptions) Report {
 	}
 	return Report{
 		Policy(o.PolicyDir, "proxy"),
-		Audit(ctx, o.DataDir, o.AuditMaxBytes),
+		o.audit(ctx),
 		recordingStoreOf(ctx, o),
 	}
 }
@@ -107,6 +111,30 @@ func Policy(dir, who string) Result {
 	return ok("policy", "%s", found)
 }
 
+func (o ProxyOptions) audit(ctx context.Context) Result {
+	if o.Store == nil {
+		return Audit(ctx, o.DataDir, o.AuditMaxBytes)
+	}
+	return AuditIn(ctx, o.Store, o.AuditMaxBytes)
+}
+
+// AuditIn judges the audit trail in a shared database as Audit judges the
+// file: it opens and answers, and how much of its limit it uses.
+func AuditIn(ctx context.Context, b store.Backend, maxBytes int64) Result {
+	db, err := b.Audit(ctx, true)
+	if err != nil {
+		return fail("audit", fmt.Sprintf("the audit trail does not open: %v", err),
+			"check the database-url, the database and its role; the proxy refuses every request while it cannot write it")
+	}
+	st, err := audit.New(ctx, db, audit.Options{ReadOnly: true, MaxBytes: maxBytes})
+	if err != nil {
+		return fail("audit", fmt.Sprintf("the audit trail in %s does not answer: %v", db.Location(), err),
+			"check the database; the proxy refuses every request while it cannot write it")
+	}
+	defer st.Close()
+	return judgeAudit(ctx, st, db.Location())
+}
+
 // Audit judges the audit database: it opens (read-only) and answers, and
 // how much of its limit it uses. Full fails: the proxy then refuses every
 // request.
@@ -121,6 +149,11 @@ func Audit(ctx context.Context, dataDir string, maxBytes int64) Result {
 			"check its file and directory permissions and the disk; the proxy refuses every request while it cannot write it")
 	}
 	defer st.Close()
+	return judgeAudit(ctx, st, path)
+}
+
+// judgeAudit judges the use of an open audit store at path.
+func judgeAudit(ctx context.Context, st *audit.Store, path string) Result {
 	u, err := st.Usage(ctx)
 	if err != nil {
 		return fail("audit", fmt.Sprintf("the audit database %s does not answer: %v", path, err),

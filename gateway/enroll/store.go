@@ -2,18 +2,16 @@ package enroll
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"time"
-
-	_ "modernc.org/sqlite" // database/sql driver "sqlite"
 
 	"github.com/limenhq/limen/gateway/audit"
 	"github.com/limenhq/limen/gateway/ca"
 	"github.com/limenhq/limen/gateway/identity"
+	"github.com/limenhq/limen/gateway/store"
+	"github.com/limenhq/limen/gateway/store/sqlite"
 )
 
 // Token lifetimes.
@@ -46,7 +44,7 @@ func IsRefusal(err error) bool {
 }
 
 // TokenFileName is the token store's file inside the data directory.
-const TokenFileName = "tokens.db"
+const TokenFileName = sqlite.TokensFile
 
 // TokenInfo describes a stored token; it never carries the secret.
 type TokenInfo struct {
@@ -58,10 +56,11 @@ type TokenInfo struct {
 	Used    *time.Time `json:"used,omitempty"`
 }
 
-// TokenStore keeps join tokens in SQLite. Creation and every redemption
+// TokenStore keeps join tokens through a store.Tokens driver (SQLite or
+// PostgreSQL). Creation and every redemption
 // attempt are audited; if the audit trail fails, the action fails.
 type TokenStore struct {
-	db    *sql.DB
+	db    store.Tokens
 	audit audit.Sink
 	now   func() time.Time
 }
@@ -78,23 +77,26 @@ type TokenStoreOptions struct {
 // TokenStorePath is the store's path in dataDir.
 func TokenStorePath(dataDir string) string { return filepath.Join(dataDir, TokenFileName) }
 
-// OpenTokenStore opens (creating if needed) the token store at path.
+// OpenTokenStore opens (creating if needed) the SQLite token store at path.
 func OpenTokenStore(path string, opts TokenStoreOptions) (*TokenStore, error) {
 	if opts.Audit == nil {
 		return nil, errors.New("open token store: an audit sink is required: token use is audited")
 	}
-	if err := prepareDBFile(path); err != nil {
-		return nil, fmt.Errorf("open token store %s: %w", path, err)
-	}
-	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_txlock=immediate")
+	db, err := sqlite.OpenTokens(context.Background(), path)
 	if err != nil {
-		return nil, fmt.Errorf("open token store %s: %w", path, err)
+		return nil, err
 	}
-	if _, err := db.Exec(`CREATE TABLE IF NOT EXISTS join_tokens (
-		hash BLOB PRIMARY KEY, id TEXT NOT NULL, cluster TEXT NOT NULL, creator TEXT NOT NULL,
-		created INTEGER NOT NULL, expires INTEGER NOT NULL, used INTEGER, used_by TEXT)`); err != nil {
+	s, err := NewTokenStore(db, opts)
+	if err != nil {
 		db.Close()
-		return nil, fmt.Errorf("open token store %s: %w", path, err)
+	}
+	return s, err
+}
+
+// NewTokenStore builds the token store over db; Close closes db.
+func NewTokenStore(db store.Tokens, opts TokenStoreOptions) (*TokenStore, error) {
+	if opts.Audit == nil {
+		return nil, errors.New("open token store: an audit sink is required: token use is audited")
 	}
 	s := &TokenStore{db: db, audit: opts.Audit, now: opts.Now}
 	if s.now == nil {
@@ -125,20 +127,17 @@ func (s *TokenStore) Create(ctx context.Context, cluster string, ttl time.Durati
 	now := s.now()
 	info := TokenInfo{ID: tok.ID(), Cluster: cluster, Creator: creator.String(), Created: now.UTC(), Expires: now.Add(ttl).UTC()}
 	h := tok.hash()
-	tx, err := s.db.BeginTx(ctx, nil)
+	var auditErr error
+	err = s.db.Insert(ctx, store.TokenRecord{Hash: h[:], ID: info.ID, Cluster: cluster, Creator: info.Creator,
+		Created: now.Unix(), Expires: info.Expires.Unix()}, func() error {
+		auditErr = s.audit.Emit(ctx, audit.Event{Type: audit.TypeTokenCreate, Time: now, Principal: creator, Cluster: cluster,
+			Fields: map[string]string{"token_id": info.ID, "expires": info.Expires.Format(time.RFC3339)}})
+		return auditErr
+	})
+	if auditErr != nil {
+		return Token{}, TokenInfo{}, fmt.Errorf("create token: %w: %v", ErrAuditUnavailable, auditErr)
+	}
 	if err != nil {
-		return Token{}, TokenInfo{}, fmt.Errorf("create token: %w", err)
-	}
-	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, `INSERT INTO join_tokens (hash, id, cluster, creator, created, expires) VALUES (?, ?, ?, ?, ?, ?)`,
-		h[:], info.ID, cluster, info.Creator, now.Unix(), info.Expires.Unix()); err != nil {
-		return Token{}, TokenInfo{}, fmt.Errorf("create token: %w", err)
-	}
-	if err := s.audit.Emit(ctx, audit.Event{Type: audit.TypeTokenCreate, Time: now, Principal: creator, Cluster: cluster,
-		Fields: map[string]string{"token_id": info.ID, "expires": info.Expires.Format(time.RFC3339)}}); err != nil {
-		return Token{}, TokenInfo{}, fmt.Errorf("create token: %w: %v", ErrAuditUnavailable, err)
-	}
-	if err := tx.Commit(); err != nil {
 		return Token{}, TokenInfo{}, fmt.Errorf("create token: %w", err)
 	}
 	return tok, info, nil
@@ -163,39 +162,31 @@ func (s *TokenStore) Redeem(ctx context.Context, tok Token, cluster, addr string
 
 func (s *TokenStore) redeem(ctx context.Context, tok Token, cluster, addr string) error {
 	h := tok.hash()
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("redeem token: %w", err)
-	}
-	defer tx.Rollback()
-	var want string
-	var expires int64
-	var used sql.NullInt64
-	err = tx.QueryRowContext(ctx, `SELECT cluster, expires, used FROM join_tokens WHERE hash = ?`, h[:]).Scan(&want, &expires, &used)
+	var auditErr error
+	err := s.db.Update(ctx, h[:], func(t *store.TokenRecord) error {
+		switch {
+		case t.Used != 0:
+			return ErrTokenUsed
+		case !s.now().Before(time.Unix(t.Expires, 0)):
+			return ErrTokenExpired
+		case t.Cluster != cluster:
+			return fmt.Errorf("%w (%s), not %s: start the worker with --cluster %s or create a token for %s", ErrTokenCluster, t.Cluster, cluster, t.Cluster, cluster)
+		}
+		t.Used, t.UsedBy = s.now().Unix(), addr
+		// The event is durable before the token counts as used: if the
+		// audit trail refuses it, the transaction is rolled back.
+		auditErr = s.audit.Emit(ctx, audit.Event{Type: audit.TypeTokenUse, Time: s.now(), Cluster: cluster, ClientAddr: addr,
+			Fields: map[string]string{"token_id": tok.ID()}})
+		return auditErr
+	})
 	switch {
-	case errors.Is(err, sql.ErrNoRows):
+	case auditErr != nil:
+		return fmt.Errorf("redeem token: %w: %v", ErrAuditUnavailable, auditErr)
+	case errors.Is(err, store.ErrNotFound):
 		return ErrTokenUnknown
+	case IsRefusal(err):
+		return err
 	case err != nil:
-		return fmt.Errorf("redeem token: %w", err)
-	case used.Valid:
-		return ErrTokenUsed
-	case !s.now().Before(time.Unix(expires, 0)):
-		return ErrTokenExpired
-	case want != cluster:
-		return fmt.Errorf("%w (%s), not %s: start the worker with --cluster %s or create a token for %s", ErrTokenCluster, want, cluster, want, cluster)
-	}
-	res, err := tx.ExecContext(ctx, `UPDATE join_tokens SET used = ?, used_by = ? WHERE hash = ? AND used IS NULL`, s.now().Unix(), addr, h[:])
-	if err != nil {
-		return fmt.Errorf("redeem token: %w", err)
-	}
-	if n, _ := res.RowsAffected(); n != 1 {
-		return ErrTokenUsed
-	}
-	if err := s.audit.Emit(ctx, audit.Event{Type: audit.TypeTokenUse, Time: s.now(), Cluster: cluster, ClientAddr: addr,
-		Fields: map[string]string{"token_id": tok.ID()}}); err != nil {
-		return fmt.Errorf("redeem token: %w: %v", ErrAuditUnavailable, err)
-	}
-	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("redeem token: %w", err)
 	}
 	return nil
@@ -203,39 +194,19 @@ func (s *TokenStore) redeem(ctx context.Context, tok Token, cluster, addr string
 
 // List returns every stored token, newest first.
 func (s *TokenStore) List(ctx context.Context) ([]TokenInfo, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT id, cluster, creator, created, expires, used FROM join_tokens ORDER BY created DESC`)
+	recs, err := s.db.List(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("list tokens: %w", err)
 	}
-	defer rows.Close()
 	var out []TokenInfo
-	for rows.Next() {
-		var ti TokenInfo
-		var created, expires int64
-		var used sql.NullInt64
-		if err := rows.Scan(&ti.ID, &ti.Cluster, &ti.Creator, &created, &expires, &used); err != nil {
-			return nil, fmt.Errorf("list tokens: %w", err)
-		}
-		ti.Created, ti.Expires = time.Unix(created, 0).UTC(), time.Unix(expires, 0).UTC()
-		if used.Valid {
-			u := time.Unix(used.Int64, 0).UTC()
+	for _, r := range recs {
+		ti := TokenInfo{ID: r.ID, Cluster: r.Cluster, Creator: r.Creator,
+			Created: time.Unix(r.Created, 0).UTC(), Expires: time.Unix(r.Expires, 0).UTC()}
+		if r.Used != 0 {
+			u := time.Unix(r.Used, 0).UTC()
 			ti.Used = &u
 		}
 		out = append(out, ti)
 	}
-	return out, rows.Err()
-}
-
-// prepareDBFile creates the database's directory (0700) and the file itself
-// with mode 0600 before SQLite opens it; SQLite gives its journal files the
-// database file's mode, so nothing here is readable by other users.
-func prepareDBFile(path string) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return err
-	}
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return err
-	}
-	return f.Close()
+	return out, nil
 }

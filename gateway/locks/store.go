@@ -2,20 +2,18 @@ package locks
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/limenhq/limen/gateway/identity"
-
-	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
+	"github.com/limenhq/limen/gateway/store"
+	"github.com/limenhq/limen/gateway/store/sqlite"
 )
 
 // FileName is the lock database's name inside the proxy's data directory.
-const FileName = "locks.db"
+const FileName = sqlite.LocksFile
 
 // Path is the lock database's path in the proxy's data directory.
 func Path(dataDir string) string { return filepath.Join(dataDir, FileName) }
@@ -23,39 +21,26 @@ func Path(dataDir string) string { return filepath.Join(dataDir, FileName) }
 // ErrNotFound means no lock is in force on the target.
 var ErrNotFound = errors.New("no such lock")
 
-const schema = `
-CREATE TABLE IF NOT EXISTS locks (
-	kind       TEXT    NOT NULL,
-	name       TEXT    NOT NULL,
-	reason     TEXT    NOT NULL,
-	expires_ns INTEGER NOT NULL, -- 0: until removed
-	created_by TEXT    NOT NULL,
-	created_ns INTEGER NOT NULL,
-	PRIMARY KEY (kind, name)
-);
-`
-
-// Store is the proxy's durable record of locks (SQLite, WAL,
-// synchronous=FULL), so that locks survive a restart. At most one lock per
-// target is kept; setting another replaces it. It is safe for concurrent use.
+// Store is the proxy's durable record of locks, through a store.Locks
+// driver (an SQLite file with synchronous=FULL, or the shared PostgreSQL
+// database), so that locks survive a restart. At most one lock per target
+// is kept; setting another replaces it. It is safe for concurrent use.
 type Store struct {
-	db *sql.DB
+	db store.Locks
 }
 
-// Open opens, creating if needed, the store at path (usually Path(dataDir)).
+// Open opens, creating if needed, the SQLite store at path (usually
+// Path(dataDir)).
 func Open(ctx context.Context, path string) (*Store, error) {
-	p := strings.NewReplacer("%", "%25", "?", "%3F", "#", "%23").Replace(path)
-	dsn := "file:" + p + "?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_txlock=immediate"
-	db, err := sql.Open("sqlite", dsn)
+	db, err := sqlite.OpenLocks(ctx, path)
 	if err != nil {
-		return nil, fmt.Errorf("open lock store %s: %w", path, err)
+		return nil, fmt.Errorf("%w (check the data directory is writable)", err)
 	}
-	if _, err := db.ExecContext(ctx, schema); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("open lock store %s: create schema: %w (check the data directory is writable)", path, err)
-	}
-	return &Store{db: db}, nil
+	return New(db), nil
 }
+
+// New builds the store over db; Close closes db.
+func New(db store.Locks) *Store { return &Store{db: db} }
 
 // Close closes the database.
 func (s *Store) Close() error { return s.db.Close() }
@@ -65,12 +50,7 @@ func (s *Store) Add(ctx context.Context, l Lock) error {
 	if err := l.Validate(); err != nil {
 		return fmt.Errorf("add lock: %w", err)
 	}
-	_, err := s.db.ExecContext(ctx, `INSERT INTO locks (kind, name, reason, expires_ns, created_by, created_ns)
-		VALUES (?, ?, ?, ?, ?, ?)
-		ON CONFLICT (kind, name) DO UPDATE SET reason = excluded.reason, expires_ns = excluded.expires_ns,
-			created_by = excluded.created_by, created_ns = excluded.created_ns`,
-		string(l.Target.Kind), l.Target.Name, l.Reason, unixNano(l.Expires), l.CreatedBy, unixNano(l.CreatedAt))
-	if err != nil {
+	if err := s.db.Put(ctx, toRecord(l)); err != nil {
 		return fmt.Errorf("add lock on %s: %w", l.Target, err)
 	}
 	return nil
@@ -79,26 +59,14 @@ func (s *Store) Add(ctx context.Context, l Lock) error {
 // Remove deletes the lock on t and returns it. It returns ErrNotFound when
 // no lock on t is in force at now (an expired one is deleted all the same).
 func (s *Store) Remove(ctx context.Context, t Target, now time.Time) (Lock, error) {
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return Lock{}, fmt.Errorf("remove lock on %s: %w", t, err)
-	}
-	defer tx.Rollback()
-	row := tx.QueryRowContext(ctx, `SELECT kind, name, reason, expires_ns, created_by, created_ns
-		FROM locks WHERE kind = ? AND name = ?`, string(t.Kind), t.Name)
-	l, err := scanLock(row)
-	if errors.Is(err, sql.ErrNoRows) {
+	r, err := s.db.Delete(ctx, string(t.Kind), t.Name)
+	if errors.Is(err, store.ErrNotFound) {
 		return Lock{}, fmt.Errorf("remove lock: %s: %w", t, ErrNotFound)
 	}
 	if err != nil {
 		return Lock{}, fmt.Errorf("remove lock on %s: %w", t, err)
 	}
-	if _, err := tx.ExecContext(ctx, `DELETE FROM locks WHERE kind = ? AND name = ?`, string(t.Kind), t.Name); err != nil {
-		return Lock{}, fmt.Errorf("remove lock on %s: %w", t, err)
-	}
-	if err := tx.Commit(); err != nil {
-		return Lock{}, fmt.Errorf("remove lock on %s: %w", t, err)
-	}
+	l := fromRecord(r)
 	if !l.Active(now) {
 		return Lock{}, fmt.Errorf("remove lock: %s (it had expired): %w", t, ErrNotFound)
 	}
@@ -108,44 +76,25 @@ func (s *Store) Remove(ctx context.Context, t Target, now time.Time) (Lock, erro
 // List returns the locks in force at now, ordered by target, and deletes
 // those that have expired.
 func (s *Store) List(ctx context.Context, now time.Time) ([]Lock, error) {
-	if _, err := s.db.ExecContext(ctx, `DELETE FROM locks WHERE expires_ns != 0 AND expires_ns <= ?`, now.UnixNano()); err != nil {
-		return nil, fmt.Errorf("list locks: prune expired: %w", err)
-	}
-	rows, err := s.db.QueryContext(ctx, `SELECT kind, name, reason, expires_ns, created_by, created_ns
-		FROM locks ORDER BY kind, name`)
+	recs, err := s.db.List(ctx, now.UnixNano())
 	if err != nil {
 		return nil, fmt.Errorf("list locks: %w", err)
 	}
-	defer rows.Close()
-	out := []Lock{}
-	for rows.Next() {
-		l, err := scanLock(rows)
-		if err != nil {
-			return nil, fmt.Errorf("list locks: %w", err)
-		}
-		out = append(out, l)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("list locks: %w", err)
+	out := make([]Lock, 0, len(recs))
+	for _, r := range recs {
+		out = append(out, fromRecord(r))
 	}
 	return out, nil
 }
 
-type scanner interface{ Scan(dest ...any) error }
+func toRecord(l Lock) store.LockRecord {
+	return store.LockRecord{Kind: string(l.Target.Kind), Name: l.Target.Name, Reason: l.Reason,
+		Expires: unixNano(l.Expires), CreatedBy: l.CreatedBy, Created: unixNano(l.CreatedAt)}
+}
 
-func scanLock(r scanner) (Lock, error) {
-	var (
-		l                  Lock
-		kind               string
-		expires, createdAt int64
-	)
-	if err := r.Scan(&kind, &l.Target.Name, &l.Reason, &expires, &l.CreatedBy, &createdAt); err != nil {
-		return Lock{}, err
-	}
-	l.Target.Kind = identity.Kind(kind)
-	l.Expires = fromUnixNano(expires)
-	l.CreatedAt = fromUnixNano(createdAt)
-	return l, nil
+func fromRecord(r store.LockRecord) Lock {
+	return Lock{Target: Target{Kind: identity.Kind(r.Kind), Name: r.Name}, Reason: r.Reason,
+		Expires: fromUnixNano(r.Expires), CreatedBy: r.CreatedBy, CreatedAt: fromUnixNano(r.Created)}
 }
 
 func unixNano(t time.Time) int64 {

@@ -114,6 +114,7 @@ func (e *Engine) activate(ctx context.Context, c content, raw []byte) error {
 		e.floor = c.mark
 	}
 	e.mu.Unlock()
+	e.raiseShared(ctx, c.mark)
 	if raw != nil {
 		e.persist(raw)
 	}

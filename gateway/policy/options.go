@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"net/url"
 	"time"
+
+	"github.com/limenhq/limen/gateway/store"
 )
 
 // Defaults for Options fields left zero.
@@ -55,6 +57,11 @@ type Options struct {
 	// PersistDir keeps the last good bundle and the status, so a restart
 	// with the bundle service down still answers [policy-persist-dir].
 	PersistDir string
+	// Shared, when set, is the revision floor and refusal history the
+	// proxies of one deployment share (shared.go); ProxyID names this
+	// proxy in the refusals it stores there.
+	Shared  store.Policy
+	ProxyID string
 	// CacheEntries bounds the decision cache; negative disables it.
 	CacheEntries int
 	// MaxBundleBytes bounds a downloaded bundle.

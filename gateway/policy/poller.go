@@ -89,7 +89,9 @@ func (e *Engine) Refresh(ctx context.Context) error {
 		e.mu.Lock()
 		floor := e.floor
 		e.mu.Unlock()
-		same, err = checkOrder(floor, c)
+		if floor, err = e.sharedFloor(ctx, floor); err == nil {
+			same, err = checkOrder(floor, c)
+		}
 	}
 	if err != nil {
 		e.recordError(err)
@@ -192,7 +194,13 @@ func (e *Engine) loadPersisted(ctx context.Context) {
 			e.mu.Lock()
 			e.floor = c.mark
 			e.mu.Unlock()
-			err = e.activate(ctx, c, nil)
+			// Behind the deployment's floor, it is a rollback here too.
+			var floor *mark
+			if floor, err = e.sharedFloor(ctx, nil); err == nil {
+				if _, err = checkOrder(floor, c); err == nil {
+					err = e.activate(ctx, c, nil)
+				}
+			}
 		} else {
 			e.recordError(err)
 		}

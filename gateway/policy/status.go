@@ -49,6 +49,8 @@ type Refusal struct {
 	Active string `json:"active,omitempty"`
 	// Error says what happened and what to do.
 	Error string `json:"error"`
+	// Proxy names the proxy that refused it, in the shared history.
+	Proxy string `json:"proxy,omitempty"`
 	// At is the latest occurrence; First the first of Count in a row.
 	At    time.Time `json:"at"`
 	First time.Time `json:"first"`
@@ -137,14 +139,21 @@ func (e *Engine) recordError(err error) {
 		e.status.Refused++
 	}
 	r := Refusal{Reason: c.reason, Revision: c.revision, Unverified: c.unverified, Active: e.status.Revision, Error: err.Error(), At: now, First: now, Count: 1}
+	repeat := false
 	if rs := e.status.Refusals; len(rs) > 0 && rs[0].repeats(r) {
 		rs[0].At = now
 		rs[0].Count++
+		repeat = true
 	} else {
 		e.status.Refusals = slices.Insert(rs, 0, r)[:min(len(rs)+1, MaxRefusals)]
 	}
 	e.mu.Unlock()
 	e.saveStatus()
+	// A refusal proper, once per run of repeats: fetch errors are this
+	// proxy's own.
+	if !repeat && errors.Is(err, ErrBundleRefused) {
+		e.shareRefusal(r)
+	}
 }
 
 func (e *Engine) recordFetch() {

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"sync"
@@ -18,6 +19,7 @@ import (
 	"github.com/limenhq/limen/gateway/identity"
 	"github.com/limenhq/limen/gateway/policy"
 	"github.com/limenhq/limen/gateway/sessions"
+	"github.com/limenhq/limen/gateway/store/sqlite"
 	"github.com/limenhq/limen/gateway/tunnel"
 )
 
@@ -106,9 +108,14 @@ func (s *Server) mountConsole(c Config) error {
 	case s.OIDC != nil:
 		s.log.Info("console: sign-in through the identity provider is off: set console-oidc-redirect-uri to the console's callback registered there")
 	}
+	signIns, err := s.store.SignIns(context.Background())
+	if err != nil {
+		return fmt.Errorf("console sign-ins: %w", err)
+	}
 	h, err := console.New(console.Config{
-		Users: s.Users, Admin: s.Policy, Locks: s.LockSet, Audit: s.Denials, Events: s.Audit,
-		Recordings: s.recordings, Sessions: s.Sessions, Control: s.admin,
+		SignIns: signIns,
+		Users:   s.Users, Admin: s.Policy, Locks: s.LockSet, Audit: s.Denials, Events: s.Audit,
+		Recordings: s.recordings, Sessions: sessionView{local: s.Sessions, dir: s.sessionDir, log: s.log}, Control: s.admin,
 		PolicyStatus: func(ctx context.Context) []console.PolicyHop { return s.policyStatus(ctx, b) },
 		Observe: func(ctx context.Context, info sessions.Info) (io.ReadCloser, error) {
 			return s.observe(ctx, b, info)
@@ -228,6 +235,16 @@ func (b *consoleBridge) receive(ctx context.Context, w workerConn, conn net.Conn
 func (s *Server) policyStatus(ctx context.Context, b *consoleBridge) []console.PolicyHop {
 	host, _ := os.Hostname()
 	out := []console.PolicyHop{{Hop: "proxy", Name: host, Status: s.Policy.Status()}}
+	if s.store.Engine() != sqlite.Engine {
+		// The proxies of one database: their floor and refusals.
+		hop := console.PolicyHop{Hop: "proxies", Name: "every proxy (shared store)"}
+		if st, err := s.Policy.SharedStatus(ctx); err != nil {
+			hop.Err = err.Error()
+		} else {
+			hop.Status = st
+		}
+		out = append(out, hop)
+	}
 	workers := s.Tunnel.Workers()
 	chans := make([]chan policy.Status, len(workers))
 	b.mu.Lock()
@@ -264,4 +281,40 @@ func (s *Server) policyStatus(ctx context.Context, b *consoleBridge) []console.P
 		out = append(out, hop)
 	}
 	return out
+}
+
+// sessionView is what the console lists: this proxy's registry, then the
+// sessions the other proxies on the database relay (Info.Proxy names the
+// proxy; the console can watch and kill only its own).
+type sessionView struct {
+	local *sessions.Registry
+	dir   *sessions.Directory
+	log   *slog.Logger
+}
+
+// directoryWait bounds the console's read of the session directory.
+const directoryWait = 2 * time.Second
+
+func (v sessionView) List() []sessions.Info {
+	out := v.local.List()
+	ctx, cancel := context.WithTimeout(context.Background(), directoryWait)
+	defer cancel()
+	others, err := v.dir.Others(ctx, sessions.DefaultRecent)
+	if err != nil {
+		v.log.Warn("other proxies' sessions not listed", "err", err)
+	}
+	return append(out, others...)
+}
+
+func (v sessionView) Get(id string) (sessions.Info, bool) {
+	if i, ok := v.local.Get(id); ok {
+		return i, true
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), directoryWait)
+	defer cancel()
+	i, ok, err := v.dir.Other(ctx, id)
+	if err != nil {
+		v.log.Warn("session directory unreadable", "session", id, "err", err)
+	}
+	return i, ok
 }

@@ -25,10 +25,11 @@ type CIIssuer struct {
 // OIDC provider and the CI issuers. Discovery happens at start so that a
 // wrong issuer URL is an error now, not at the first login.
 func (s *Server) openIdentity(ctx context.Context, c Config) error {
-	var err error
-	if s.Bots, err = bots.Open(bots.Path(c.DataDir), c.Now); err != nil {
+	bdb, err := s.store.Bots(ctx)
+	if err != nil {
 		return err
 	}
+	s.Bots = bots.New(bdb, c.Now)
 	hc := &http.Client{Timeout: 30 * time.Second}
 	if c.OIDC != nil {
 		pc := *c.OIDC

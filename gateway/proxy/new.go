@@ -27,6 +27,8 @@ import (
 	"github.com/limenhq/limen/gateway/policy"
 	"github.com/limenhq/limen/gateway/recstore"
 	"github.com/limenhq/limen/gateway/sessions"
+	"github.com/limenhq/limen/gateway/store"
+	"github.com/limenhq/limen/gateway/store/sqlite"
 	"github.com/limenhq/limen/gateway/telemetry"
 	"github.com/limenhq/limen/gateway/tunnel"
 	"github.com/limenhq/limen/gateway/users"
@@ -36,9 +38,14 @@ import (
 // from flags, the environment and the config file, and validates it with
 // errors that name the keys; New checks only what it must to build.
 type Config struct {
-	// DataDir holds the CA, the stores (users, tokens, audit, locks,
-	// recordings) and, by default, the policy's last good bundle.
+	// DataDir holds the CA, the recordings, by default the policy's last
+	// good bundle and, unless Store is set, the stores (users, bots,
+	// tokens, audit, locks) as SQLite files.
 	DataDir string
+	// Store is where users, bots, tokens, locks and the audit trail are
+	// kept (gateway/store: the shared PostgreSQL database of several
+	// proxies); nil means SQLite files in DataDir. The Server closes it.
+	Store store.Backend
 	// CA configures the certificate authority; its DataDir and Logger are
 	// filled from the Config.
 	CA ca.Options
@@ -70,6 +77,10 @@ type Config struct {
 	// ShutdownTimeout bounds the drain once Serve's context ends (SIGTERM);
 	// 0 is DefaultShutdownTimeout.
 	ShutdownTimeout time.Duration
+	// ProxyID names this proxy among those of one database (its refusals
+	// of policy bundles, its sessions in the directory); "" is the host
+	// name, which is the pod's name under Kubernetes.
+	ProxyID string
 	// Now is the clock of the caller checks (certificate expiry, locks,
 	// grants); nil means time.Now. For tests.
 	Now    func() time.Time
@@ -136,6 +147,12 @@ type Server struct {
 
 	recordings *recstore.Store
 	retention  *recstore.Retention
+	// store is the backend the stores above are opened from; tokenDB the
+	// token driver, until the token store takes it.
+	store   store.Backend
+	tokenDB store.Tokens
+	// sessionDir records the registry's sessions for the other proxies.
+	sessionDir *sessions.Directory
 	control    *workerRouter
 	peers      *tunnel.Announcer
 	ready      []readyCheck
@@ -166,15 +183,32 @@ func New(ctx context.Context, c Config) (_ *Server, err error) {
 	if err != nil {
 		return nil, err
 	}
+	backend := c.Store
+	if backend == nil {
+		backend = sqlite.New(c.DataDir)
+	}
 	popts := c.Policy
 	if popts.Logger == nil {
 		popts.Logger = log
 	}
+	if popts.Shared, err = backend.Policy(ctx); err != nil {
+		backend.Close()
+		return nil, fmt.Errorf("policy floor: %w", err)
+	}
+	proxyID := c.ProxyID
+	if proxyID == "" {
+		proxyID, _ = os.Hostname()
+	}
+	if popts.ProxyID == "" {
+		popts.ProxyID = proxyID
+	}
 	pol, err := policy.New(ctx, popts)
 	if err != nil {
+		backend.Close()
 		return nil, fmt.Errorf("policy: %w", err)
 	}
-	s := &Server{CA: authority, Policy: pol, Mux: http.NewServeMux(), log: log, control: newWorkerRouter(log), metrics: c.Metrics}
+	s := &Server{CA: authority, Policy: pol, Mux: http.NewServeMux(), log: log, control: newWorkerRouter(log), metrics: c.Metrics,
+		store: backend}
 	defer func() {
 		if err != nil {
 			s.Close()
@@ -182,17 +216,13 @@ func New(ctx context.Context, c Config) (_ *Server, err error) {
 	}()
 	s.Tunnel = &tunnel.Server{Logger: log.With("component", "tunnel"),
 		OnMessage: s.control.onMessage, OnConnect: s.control.onConnect, OnStream: s.control.onStream}
-	if s.Audit, err = audit.Open(ctx, audit.Path(c.DataDir), audit.Options{MaxBytes: c.AuditMaxBytes, Logger: log,
-		OnCommit: func(d time.Duration) { c.Metrics.AuditCommit(context.Background(), d) }}); err != nil {
-		return nil, fmt.Errorf("audit store: %w", err)
+	if err := s.openStores(ctx, c); err != nil {
+		return nil, err
 	}
 	s.limits, s.shutdown = c.Limits.orDefault(), c.ShutdownTimeout
 	s.Denials = audit.NewAggregator(s.Audit, audit.AggregatorOptions{Interval: s.limits.DeniedInterval,
 		Logger: log.With("component", "audit")})
-	if s.Users, err = users.Open(users.Path(c.DataDir), users.Options{}); err != nil {
-		return nil, err
-	}
-	if s.Tokens, err = enroll.OpenTokenStore(enroll.TokenStorePath(c.DataDir), enroll.TokenStoreOptions{Audit: s.Denials}); err != nil {
+	if s.Tokens, err = enroll.NewTokenStore(s.tokenDB, enroll.TokenStoreOptions{Audit: s.Denials}); err != nil {
 		return nil, err
 	}
 	if s.recordings, err = recstore.OpenURL(ctx, c.RecordingStore, recstore.URLOptions{DataDir: c.DataDir, MaxBytes: c.RecordingStoreMaxBytes}); err != nil {
@@ -202,7 +232,7 @@ func New(ctx context.Context, c Config) (_ *Server, err error) {
 		s.retention = &recstore.Retention{Store: s.recordings, Keep: c.RecordingRetention, Every: c.RecordingRetentionEvery,
 			Audit: s.Audit, Logger: log.With("component", "recordings")}
 	}
-	if err := s.openLocks(ctx, c.DataDir); err != nil {
+	if err := s.openLocks(ctx, proxyID); err != nil {
 		return nil, err
 	}
 	if err := s.openIdentity(ctx, c); err != nil {
@@ -225,22 +255,56 @@ func New(ctx context.Context, c Config) (_ *Server, err error) {
 	return s, nil
 }
 
+// openStores opens the audit trail and the user directory from the store
+// backend, and the token driver New builds the token store on.
+func (s *Server) openStores(ctx context.Context, c Config) error {
+	adb, err := s.store.Audit(ctx, false)
+	if err != nil {
+		return fmt.Errorf("audit store: %w", err)
+	}
+	if s.Audit, err = audit.New(ctx, adb, audit.Options{MaxBytes: c.AuditMaxBytes, Logger: s.log,
+		OnCommit: func(d time.Duration) { c.Metrics.AuditCommit(context.Background(), d) }}); err != nil {
+		adb.Close()
+		return fmt.Errorf("audit store: %w", err)
+	}
+	udb, err := s.store.Users(ctx)
+	if err != nil {
+		return err
+	}
+	if s.Users, err = users.New(udb, users.Options{}); err != nil {
+		udb.Close()
+		return err
+	}
+	if s.tokenDB, err = s.store.Tokens(ctx); err != nil {
+		return err
+	}
+	return nil
+}
+
 // openLocks opens the lock store, loads the locks in force, and starts the
 // session registry that ends a locked user's streams.
-func (s *Server) openLocks(ctx context.Context, dataDir string) error {
-	store, err := locks.Open(ctx, locks.Path(dataDir))
+func (s *Server) openLocks(ctx context.Context, proxyID string) error {
+	ldb, err := s.store.Locks(ctx)
 	if err != nil {
 		return fmt.Errorf("lock store: %w", err)
 	}
-	s.Locks, s.LockSet = store, locks.NewSet()
-	all, err := store.List(ctx, time.Now())
+	s.Locks, s.LockSet = locks.New(ldb), locks.NewSet()
+	all, err := s.Locks.List(ctx, time.Now())
 	if err != nil {
 		return fmt.Errorf("lock store: %w", err)
 	}
 	s.LockSet.Replace(all)
 	// The worker reports each session's one session.end; the proxy's end
 	// reason joins it there (Kube.SessionEvent).
-	s.Sessions = sessions.New(sessions.Config{Locks: s.LockSet, Logger: s.log.With("component", "sessions")})
+	// Every registered session is recorded in the directory too, so that
+	// the consoles of the other proxies on one database list it.
+	sdb, err := s.store.Sessions(ctx)
+	if err != nil {
+		return fmt.Errorf("session directory: %w", err)
+	}
+	s.sessionDir = sessions.NewDirectory(sdb, proxyID, s.log.With("component", "sessions"))
+	s.Sessions = sessions.New(sessions.Config{Locks: s.LockSet, Logger: s.log.With("component", "sessions"), OnStart: s.sessionDir.Record})
+	s.Sessions.OnEnded(s.sessionDir.Record)
 	return nil
 }
 
@@ -376,6 +440,18 @@ func (s *Server) syncLocks(ctx context.Context) {
 	}
 }
 
+// watchLocks puts a lock change made through another proxy in force here
+// as soon as the store announces it, and re-reads every lock whenever the
+// feed (re)connects; syncLocks' polling stays the floor under it.
+func (s *Server) watchLocks(ctx context.Context, feed store.Feed) {
+	sync := func() {
+		if err := s.admin.SyncLocks(ctx); err != nil && ctx.Err() == nil {
+			s.log.Error("lock store unreadable; locks in force unchanged", "err", err)
+		}
+	}
+	_ = feed.Watch(ctx, store.LocksChannel, sync, func(string) { sync() })
+}
+
 // Serve runs the policy poller and the one TLS port — worker tunnels,
 // HTTP/2 and HTTP/1.1, told apart by ALPN — until ctx ends.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
@@ -389,6 +465,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		wg.Go(func() { s.retention.Run(ctx) })
 	}
 	wg.Go(func() { s.peers.Run(ctx) })
+	if feed, ok := s.store.(store.Feed); ok {
+		wg.Go(func() { s.watchLocks(ctx, feed) })
+	}
 	p := &port{TLS: s.CA.ServerTLSConfig(), Kube: s.Kube, ServerCluster: s.Kube.ServerCluster, Handler: s.Mux, Tunnel: s.Tunnel, Limits: s.limits,
 		WorkerCluster: s.CA.ClusterFromChains, ShutdownTimeout: s.shutdown, EndSessions: s.endSessions, Logger: s.log}
 	return p.Serve(ctx, ln)
@@ -408,6 +487,9 @@ func (s *Server) Close() {
 	if s.Sessions != nil {
 		s.Sessions.Close()
 	}
+	if s.sessionDir != nil {
+		s.sessionDir.Close() // after the registry: its ends are recorded
+	}
 	if s.Locks != nil {
 		s.Locks.Close()
 	}
@@ -422,6 +504,12 @@ func (s *Server) Close() {
 	}
 	if s.recordings != nil {
 		_ = s.recordings.Close()
+	}
+	if s.tokenDB != nil && s.Tokens == nil {
+		s.tokenDB.Close()
+	}
+	if s.store != nil {
+		s.store.Close()
 	}
 }
 

@@ -24,6 +24,9 @@ type Config struct {
 	// Recent bounds the ended sessions List remembers; 0 means
 	// DefaultRecent.
 	Recent int
+	// OnStart, if set, runs once per registered session once it is
+	// admitted, on Register's caller's goroutine; keep it short.
+	OnStart func(Info)
 	// OnEnd, if set, runs once per session right after it ends, on the
 	// goroutine that ended it (the watchdog, Kill's or End's caller); use it
 	// for the session.end audit event and keep it short.
@@ -184,6 +187,9 @@ func (r *Registry) Register(ctx context.Context, s Session) (*Live, error) {
 		stop = func() { t.Stop(); stopWatch() }
 	}
 	go l.watchdog(ctx, lockCh, expiry, stop)
+	if r.cfg.OnStart != nil {
+		r.cfg.OnStart(l.Info())
+	}
 	return l, nil
 }
 

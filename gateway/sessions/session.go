@@ -135,6 +135,9 @@ type Info struct {
 	Reason Reason    `json:"reason,omitempty"`
 	// Detail explains the reason: the lock, the error.
 	Detail string `json:"detail,omitempty"`
+	// Proxy names the proxy that relays the session when it is another
+	// than the one answering (Directory); empty for its own.
+	Proxy string `json:"proxy,omitempty"`
 }
 
 // Live reports whether the session had not ended when the snapshot was taken.

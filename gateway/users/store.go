@@ -1,23 +1,23 @@
-// Package users is Limen's embedded user directory: local users with bcrypt
-// password hashes and traits, kept in an SQLite file in the proxy's data
-// directory, and the rate-limited password check that `limen login` uses.
+// Package users is Limen's user directory: local users with bcrypt
+// password hashes and traits, kept through gateway/store (an SQLite file in
+// the proxy's data directory, or the shared PostgreSQL database), and the
+// rate-limited password check that `limen login` uses.
 package users
 
 import (
 	"context"
 	"crypto/rand"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"time"
 
 	"golang.org/x/crypto/bcrypt"
-	_ "modernc.org/sqlite" // database/sql driver "sqlite"
 
 	"github.com/limenhq/limen/gateway/identity"
+	"github.com/limenhq/limen/gateway/store"
+	"github.com/limenhq/limen/gateway/store/sqlite"
 )
 
 // Errors callers map to responses.
@@ -42,7 +42,7 @@ const (
 )
 
 // FileName is the store's file inside the data directory.
-const FileName = "users.db"
+const FileName = sqlite.UsersFile
 
 // Path is the store's path in dataDir.
 func Path(dataDir string) string { return filepath.Join(dataDir, FileName) }
@@ -65,38 +65,33 @@ type Options struct {
 	Now func() time.Time
 }
 
-// Store is the user directory. It is safe for concurrent use, also by
-// several processes on one host (`limen users add --local` beside a running
-// proxy): SQLite serializes writers and waits up to five seconds for a lock.
+// Store is the user directory over a store.Users driver (SQLite or
+// PostgreSQL). It is safe for concurrent use, also by several processes
+// (`limen users add --local` beside a running proxy, or several proxies on
+// one database).
 type Store struct {
-	db      *sql.DB
+	db      store.Users
 	cost    int
 	dummy   []byte
 	limiter *limiter
 	now     func() time.Time
 }
 
-const schema = `CREATE TABLE IF NOT EXISTS users (
-	name     TEXT PRIMARY KEY,
-	hash     BLOB NOT NULL,
-	traits   TEXT NOT NULL,
-	created  INTEGER NOT NULL,
-	updated  INTEGER NOT NULL
-)`
-
-// Open opens (creating if needed) the store at path.
+// Open opens (creating if needed) the SQLite store at path.
 func Open(path string, opts Options) (*Store, error) {
-	if err := prepareDBFile(path); err != nil {
-		return nil, fmt.Errorf("open user store %s: %w", path, err)
-	}
-	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_txlock=immediate")
+	db, err := sqlite.OpenUsers(context.Background(), path)
 	if err != nil {
-		return nil, fmt.Errorf("open user store %s: %w", path, err)
+		return nil, err
 	}
-	if _, err := db.Exec(schema); err != nil {
+	s, err := New(db, opts)
+	if err != nil {
 		db.Close()
-		return nil, fmt.Errorf("open user store %s: %w", path, err)
 	}
+	return s, err
+}
+
+// New builds the directory over db; Close closes db.
+func New(db store.Users, opts Options) (*Store, error) {
 	s := &Store{db: db, cost: opts.Cost, now: opts.Now, limiter: newLimiter(opts.Limits)}
 	if s.cost == 0 {
 		s.cost = DefaultCost
@@ -108,8 +103,8 @@ func Open(path string, opts Options) (*Store, error) {
 	// name costs the same bcrypt work as a wrong password.
 	random := make([]byte, 32)
 	rand.Read(random)
+	var err error
 	if s.dummy, err = bcrypt.GenerateFromPassword(random[:MaxPasswordLen/4], s.cost); err != nil {
-		db.Close()
 		return nil, fmt.Errorf("user store: %w", err)
 	}
 	return s, nil
@@ -147,25 +142,24 @@ func (s *Store) Add(ctx context.Context, name, password string, traits map[strin
 	}
 	tj, _ := json.Marshal(traits)
 	now := s.now().Unix()
-	res, err := s.db.ExecContext(ctx, `INSERT INTO users (name, hash, traits, created, updated)
-		VALUES (?, ?, ?, ?, ?) ON CONFLICT(name) DO NOTHING`, name, hash, string(tj), now, now)
+	err = s.db.Insert(ctx, store.UserRecord{Name: name, Hash: hash, Traits: string(tj), Created: now, Updated: now})
+	if errors.Is(err, store.ErrExists) {
+		return fmt.Errorf("add user %s: %w", name, ErrExists)
+	}
 	if err != nil {
 		return fmt.Errorf("add user %s: %w", name, err)
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return fmt.Errorf("add user %s: %w", name, ErrExists)
 	}
 	return nil
 }
 
 // Remove deletes a user.
 func (s *Store) Remove(ctx context.Context, name string) error {
-	res, err := s.db.ExecContext(ctx, `DELETE FROM users WHERE name = ?`, name)
+	err := s.db.Delete(ctx, name)
+	if errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("remove user %s: %w", name, ErrNotFound)
+	}
 	if err != nil {
 		return fmt.Errorf("remove user %s: %w", name, err)
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return fmt.Errorf("remove user %s: %w", name, ErrNotFound)
 	}
 	return nil
 }
@@ -179,67 +173,52 @@ func (s *Store) SetPassword(ctx context.Context, name, password string) error {
 	if err != nil {
 		return fmt.Errorf("hash password: %w", err)
 	}
-	res, err := s.db.ExecContext(ctx, `UPDATE users SET hash = ?, updated = ? WHERE name = ?`, hash, s.now().Unix(), name)
+	err = s.db.SetHash(ctx, name, hash, s.now().Unix())
+	if errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("set password of %s: %w", name, ErrNotFound)
+	}
 	if err != nil {
 		return fmt.Errorf("set password of %s: %w", name, err)
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return fmt.Errorf("set password of %s: %w", name, ErrNotFound)
 	}
 	return nil
 }
 
 // List returns every user, by name.
 func (s *Store) List(ctx context.Context) ([]User, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT name, traits, created, updated FROM users ORDER BY name`)
+	recs, err := s.db.List(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("list users: %w", err)
 	}
-	defer rows.Close()
 	var out []User
-	for rows.Next() {
-		u, _, err := scanUser(rows, false)
+	for _, r := range recs {
+		u, err := fromRecord(r)
 		if err != nil {
 			return nil, err
 		}
 		out = append(out, u)
 	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // Get returns the user name; an error wrapping ErrNotFound when there is
 // none (the console checks its signed-in users on every request).
 func (s *Store) Get(ctx context.Context, name string) (User, error) {
-	row := s.db.QueryRowContext(ctx, `SELECT name, traits, created, updated FROM users WHERE name = ?`, name)
-	u, _, err := scanUser(row, false)
-	if errors.Is(err, sql.ErrNoRows) {
+	r, err := s.db.Get(ctx, name)
+	if errors.Is(err, store.ErrNotFound) {
 		return User{}, fmt.Errorf("user %s: %w", name, ErrNotFound)
 	}
 	if err != nil {
 		return User{}, fmt.Errorf("look up user %s: %w", name, err)
 	}
-	return u, nil
+	return fromRecord(r)
 }
 
-type scanner interface{ Scan(...any) error }
-
-func scanUser(r scanner, withHash bool) (User, []byte, error) {
-	var u User
-	var tj string
-	var created, updated int64
-	var hash []byte
-	dest := []any{&u.Name, &tj, &created, &updated}
-	if withHash {
-		dest = append(dest, &hash)
+func fromRecord(r store.UserRecord) (User, error) {
+	u := User{Name: r.Name, Created: time.Unix(r.Created, 0).UTC(), Updated: time.Unix(r.Updated, 0).UTC()}
+	if err := json.Unmarshal([]byte(r.Traits), &u.Traits); err != nil {
+		return User{}, fmt.Errorf("user %s: stored traits are corrupt: %w", u.Name, err)
 	}
-	if err := r.Scan(dest...); err != nil {
-		return User{}, nil, err
-	}
-	if err := json.Unmarshal([]byte(tj), &u.Traits); err != nil {
-		return User{}, nil, fmt.Errorf("user %s: stored traits are corrupt: %w", u.Name, err)
-	}
-	u.Created, u.Updated = time.Unix(created, 0).UTC(), time.Unix(updated, 0).UTC()
-	return u, hash, nil
+	return u, nil
 }
 
 // Authenticate checks name and password for a login from addr (the client's
@@ -256,12 +235,18 @@ func (s *Store) Authenticate(ctx context.Context, name, password, addr string) (
 	if !s.limiter.allow(key, addr, s.now()) {
 		return User{}, ErrRateLimited
 	}
-	row := s.db.QueryRowContext(ctx, `SELECT name, traits, created, updated, hash FROM users WHERE name = ?`, name)
-	u, hash, err := scanUser(row, true)
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+	r, err := s.db.Get(ctx, name)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return User{}, fmt.Errorf("look up user: %w", err)
 	}
 	found := err == nil
+	hash := r.Hash
+	var u User
+	if found {
+		if u, err = fromRecord(r); err != nil {
+			return User{}, err
+		}
+	}
 	if !found || len(password) > MaxPasswordLen {
 		hash = s.dummy
 	}
@@ -270,18 +255,4 @@ func (s *Store) Authenticate(ctx context.Context, name, password, addr string) (
 		return User{}, ErrBadCredentials
 	}
 	return u, nil
-}
-
-// prepareDBFile creates the database's directory (0700) and the file itself
-// with mode 0600 before SQLite opens it; SQLite gives its journal files the
-// database file's mode, so nothing here is readable by other users.
-func prepareDBFile(path string) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return err
-	}
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return err
-	}
-	return f.Close()
 }

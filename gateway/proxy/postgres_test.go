@@ -1,0 +1,159 @@
+package proxy_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/limenhq/limen/gateway/adminapi"
+	"github.com/limenhq/limen/gateway/audit"
+	"github.com/limenhq/limen/gateway/locks"
+	"github.com/limenhq/limen/gateway/proxy"
+	"github.com/limenhq/limen/gateway/store/postgres"
+	pgtest "github.com/limenhq/limen/test/postgres"
+)
+
+// TestProxyOnPostgresFailsClosed: a proxy whose store is a real PostgreSQL
+// (the enrollment token, the audit trail) serves requests; with the
+// database stopped, a request is answered 503 and the worker's response is
+// never relayed; once the database is back, requests succeed again without
+// a restart, and every request a client saw succeed is in the audit trail,
+// once.
+func TestProxyOnPostgresFailsClosed(t *testing.T) {
+	srv := pgtest.Start(t)
+	url := srv.Database(t)
+	ctx := context.Background()
+	e := startHostile(t, map[string]func(*hostileStream){
+		"honest": func(s *hostileStream) { s.reply(s.honest()) },
+	}, func(c *proxy.Config) {
+		b, err := postgres.Open(ctx, postgres.Config{URL: url})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Store = b
+	})
+	succeeded := 0
+	get := func() (int, string) {
+		t.Helper()
+		code, body, err := e.get(ctx, "honest", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code == http.StatusOK {
+			succeeded++
+		}
+		return code, body
+	}
+	if code, body := get(); code != http.StatusOK || body != "forged!\n" {
+		t.Fatalf("with the database up: %d %q", code, body)
+	}
+
+	srv.Stop()
+	for range 3 {
+		code, body := get()
+		if code != http.StatusServiceUnavailable || strings.Contains(body, "forged") {
+			t.Fatalf("with the database down: %d %q, want 503 and nothing of the worker's response", code, body)
+		}
+		t.Logf("database down: %d %s", code, strings.TrimSpace(body))
+	}
+
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		code, body := get()
+		if code == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("database back for 20s, still %d %q", code, body)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// Each request a client saw succeed is in the trail exactly once: as
+	// its outcome (kube.request), or as its record (kube.sent, durable
+	// before the response was relayed) flagged outcome unknown when the
+	// database went away before the outcome, appended after, was stored.
+	seen := map[string]int{}
+	for _, ev := range e.reported(t) {
+		if ev.Type == audit.TypeKubeRequest || ev.Type == audit.TypeKubeSent && ev.OutcomeUnknown {
+			seen[ev.SessionID]++
+		}
+	}
+	for id, n := range seen {
+		if n != 1 {
+			t.Fatalf("session %s is in the audit trail %d times", id, n)
+		}
+	}
+	if len(seen) < succeeded {
+		t.Fatalf("%d requests in the audit trail for %d that succeeded; proxy log:\n%s", len(seen), succeeded, e.log.text())
+	}
+}
+
+// TestLockReachesTheOtherProxy: two proxies on one PostgreSQL; a lock
+// stored through proxy A is in force at proxy B, which refuses the locked
+// user, and lifted there, each within fanOut: the store announces each
+// change (LISTEN/NOTIFY) and B re-reads at once. Three rounds, so that the
+// 1 s polling under the feed cannot pass alone (it lands within fanOut in
+// under a third of the cases). The figures are logged.
+func TestLockReachesTheOtherProxy(t *testing.T) {
+	const fanOut = 300 * time.Millisecond
+	srv := pgtest.Start(t)
+	url := srv.Database(t)
+	ctx := context.Background()
+	onDB := func(c *proxy.Config) {
+		b, err := postgres.Open(ctx, postgres.Config{URL: url})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Store = b
+	}
+	honest := map[string]func(*hostileStream){"honest": func(s *hostileStream) { s.reply(s.honest()) }}
+	a := startHostile(t, honest, onDB)
+	b := startHostile(t, honest, onDB)
+	if code, body, err := b.get(ctx, "honest", ""); err != nil || code != http.StatusOK {
+		t.Fatalf("before the lock: %d %q %v", code, body, err)
+	}
+	until := func(what string, want bool) time.Duration {
+		t.Helper()
+		start := time.Now()
+		for {
+			if _, ok := b.proxy.LockSet.Locked(alice, time.Now()); ok == want {
+				return time.Since(start)
+			}
+			if time.Since(start) > 3*adminapi.LockSyncInterval {
+				t.Fatalf("%s: not seen at proxy B after %s", what, time.Since(start))
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
+	for round := range 3 {
+		lock := locks.Lock{Target: locks.TargetOf(alice), Reason: fmt.Sprintf("incident %d", round), CreatedBy: "user:root", CreatedAt: time.Now()}
+		if err := a.proxy.Locks.Add(ctx, lock); err != nil {
+			t.Fatal(err)
+		}
+		set := until("the lock", true)
+		if code, body, err := b.get(ctx, "honest", ""); err != nil || code != http.StatusForbidden || !strings.Contains(body, lock.Reason) {
+			t.Fatalf("locked user at proxy B: %d %q %v, want 403 naming the lock", code, body, err)
+		}
+		if _, err := a.proxy.Locks.Remove(ctx, lock.Target, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		lifted := until("the unlock", false)
+		t.Logf("round %d: lock in force at the other proxy after %s, lifted after %s", round, set.Round(time.Millisecond), lifted.Round(time.Millisecond))
+		if set > fanOut || lifted > fanOut {
+			t.Fatalf("round %d: %s and %s, want both within %s", round, set, lifted, fanOut)
+		}
+	}
+}
+
+// text is everything logged so far.
+func (s *syncBuffer) text() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

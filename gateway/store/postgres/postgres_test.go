@@ -1,0 +1,174 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/limenhq/limen/gateway/audit"
+	"github.com/limenhq/limen/gateway/identity"
+	"github.com/limenhq/limen/gateway/store"
+	"github.com/limenhq/limen/gateway/store/postgres"
+	"github.com/limenhq/limen/gateway/store/storetest"
+	pgtest "github.com/limenhq/limen/test/postgres"
+)
+
+// TestPostgres runs everything against one real PostgreSQL server (test/postgres),
+// each part in a database of its own.
+func TestPostgres(t *testing.T) {
+	srv := pgtest.Start(t)
+	open := func(t *testing.T, url string) *postgres.Backend {
+		t.Helper()
+		b, err := postgres.Open(context.Background(), postgres.Config{URL: url})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	t.Run("Conformance", func(t *testing.T) {
+		storetest.Run(t, func(t *testing.T) store.Backend { return open(t, srv.Database(t)) })
+	})
+	t.Run("ConcurrentOpenMigratesOnce", func(t *testing.T) { testConcurrentOpen(t, srv.Database(t)) })
+	t.Run("NewerSchemaRefused", func(t *testing.T) {
+		url := srv.Database(t)
+		open(t, url).Close()
+		db := url[strings.LastIndex(url, "/")+1 : strings.Index(url, "?")]
+		srv.SQL(t, db, "UPDATE limen_schema SET version = 9 WHERE domain = 'audit'")
+		_, err := postgres.Open(context.Background(), postgres.Config{URL: url})
+		if !errors.Is(err, store.ErrSchemaNewer) || !strings.Contains(err.Error(), "audit schema is at version 9") {
+			t.Fatalf("open a database of a newer schema: %v, want ErrSchemaNewer naming the audit schema", err)
+		}
+		t.Logf("refused: %v", err)
+	})
+	t.Run("PasswordFile", func(t *testing.T) {
+		url := srv.Database(t)
+		bare := strings.Replace(url, ":"+pgtest.Password+"@", "@", 1)
+		if _, err := postgres.Open(context.Background(), postgres.Config{URL: bare}); err == nil {
+			t.Fatal("the server accepted a connection without the password: the test proves nothing")
+		}
+		file := filepath.Join(t.TempDir(), "password")
+		if err := os.WriteFile(file, []byte(pgtest.Password+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		b, err := postgres.Open(context.Background(), postgres.Config{URL: bare, PasswordFile: file})
+		if err != nil {
+			t.Fatalf("with the password file: %v", err)
+		}
+		if strings.Contains(b.Where(), pgtest.Password) {
+			t.Fatalf("Where names the password: %s", b.Where())
+		}
+		b.Close()
+	})
+	// Last: it stops the server and starts it again.
+	t.Run("AuditFailsClosedWhileDown", func(t *testing.T) { testAuditDown(t, srv, open(t, srv.Database(t))) })
+}
+
+// testConcurrentOpen: proxies starting together on a new database all
+// succeed, and each migration is applied once. Without the advisory lock
+// the concurrent CREATE TABLEs collide (duplicate key in pg_type).
+func testConcurrentOpen(t *testing.T, url string) {
+	const n = 6
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	start := make(chan struct{})
+	for range n {
+		wg.Go(func() {
+			<-start
+			b, err := postgres.Open(context.Background(), postgres.Config{URL: url})
+			if err == nil {
+				b.Close()
+			}
+			errs <- err
+		})
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("concurrent open: %v", err)
+		}
+	}
+}
+
+// testAuditDown: with the database stopped, an event is refused with
+// ErrUnavailable (the proxy answers 503 and relays nothing), quickly; once
+// the database is back, events are stored again without a restart.
+func testAuditDown(t *testing.T, srv *pgtest.Server, b *postgres.Backend) {
+	ctx := context.Background()
+	db, err := b.Audit(ctx, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := audit.New(ctx, db, audit.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	defer b.Close()
+	e := audit.Event{Type: audit.TypeAuthLogin, Time: time.Now(), Principal: identity.Principal{Kind: identity.KindUser, Name: "alice"}}
+	if err := s.Emit(ctx, e); err != nil {
+		t.Fatal(err)
+	}
+	srv.Stop()
+	began := time.Now()
+	err = s.Emit(ctx, e)
+	if !errors.Is(err, audit.ErrUnavailable) {
+		t.Fatalf("emit with the database down: %v, want ErrUnavailable", err)
+	}
+	if d := time.Since(began); d > 10*time.Second {
+		t.Fatalf("the refusal took %s", d)
+	}
+	t.Logf("refused in %s: %v", time.Since(began).Round(time.Millisecond), err)
+	if err := s.Room(ctx); err != nil {
+		t.Logf("room: %v", err)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var last error
+	for range 50 {
+		if last = s.Emit(ctx, e); last == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if last != nil {
+		t.Fatalf("after the database came back: %v", last)
+	}
+	got, err := s.Search(ctx, audit.Query{})
+	if err != nil || len(got) != 2 {
+		t.Fatalf("stored %d events (%v), want the two emitted while it was up", len(got), err)
+	}
+}
+
+func BenchmarkAuditOverlap(b *testing.B) {
+	srv := pgtest.Start(b)
+	storetest.BenchAuditOverlap(b, func(b *testing.B) store.Backend {
+		be, err := postgres.Open(context.Background(), postgres.Config{URL: srv.Database(b)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return be
+	})
+}
+
+// TestOpenBadURL: a URL pgx cannot use is refused naming the key, without
+// repeating the password it carries.
+func TestOpenBadURL(t *testing.T) {
+	for _, url := range []string{
+		"postgres://limen:hunter2-secret@db.example/limen?sslmode=bogus",
+		"postgres://limen:hunter2-secret@db.example:notaport/limen",
+	} {
+		_, err := postgres.Open(context.Background(), postgres.Config{URL: url})
+		if err == nil || !strings.Contains(err.Error(), "database-url") || strings.Contains(err.Error(), "hunter2") {
+			t.Fatalf("%s: %v, want a refusal naming database-url without the password", url, err)
+		}
+		t.Log(err)
+	}
+}
