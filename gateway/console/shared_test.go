@@ -16,7 +16,7 @@ import (
 func getWith(t *testing.T, e *env, path, cookie string) int {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodGet, e.srv.URL+path, nil)
-	req.AddCookie(&http.Cookie{Name: "limen_console", Value: cookie})
+	req.AddCookie(&http.Cookie{Name: "__Host-limen_console", Value: cookie})
 	c := e.srv.Client()
 	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	resp, err := c.Do(req)
@@ -48,7 +48,7 @@ func TestSignInSharedBetweenProxies(t *testing.T) {
 	resp := signIn(t, c, a, "dana", "dana-password-1")
 	var cookie string
 	for _, ck := range resp.Cookies() {
-		if ck.Name == "limen_console" {
+		if ck.Name == "__Host-limen_console" {
 			cookie = ck.Value
 		}
 	}
