@@ -5,7 +5,9 @@ import (
 	"crypto/rand"
 	"fmt"
 	"os"
+	"time"
 
+	"github.com/limenhq/limen/gateway/store"
 	"github.com/limenhq/limen/gateway/tunnel"
 )
 
@@ -25,6 +27,10 @@ func (s *Server) newAnnouncer(c Config) error {
 		}
 	}
 	peers := c.Peers
+	if dir, ok := s.store.(store.PeerDirectory); ok && peers == nil {
+		// Several proxies on one database find each other there.
+		peers = storePeers{dir: dir, ttl: c.PeerTTL}
+	}
 	if peers == nil {
 		// One proxy: the list is this proxy alone (with its address when
 		// --peer-address is set).
@@ -47,4 +53,31 @@ func proxyID() string {
 		host = "proxy"
 	}
 	return host + "-" + rand.Text()[:8]
+}
+
+// storePeers is tunnel.Peers over the shared database's directory of
+// proxies; liveness is judged by the database's clock.
+type storePeers struct {
+	dir store.PeerDirectory
+	ttl time.Duration
+}
+
+func (p storePeers) Heartbeat(ctx context.Context, self tunnel.Peer) error {
+	return p.dir.Heartbeat(ctx, store.PeerRecord{ID: self.ID, Addr: self.Addr})
+}
+
+func (p storePeers) Live(ctx context.Context) ([]tunnel.Peer, error) {
+	ttl := p.ttl
+	if ttl <= 0 {
+		ttl = tunnel.DefaultPeerTTL
+	}
+	recs, err := p.dir.Live(ctx, ttl)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]tunnel.Peer, len(recs))
+	for i, r := range recs {
+		out[i] = tunnel.Peer{ID: r.ID, Addr: r.Addr}
+	}
+	return out, nil
 }

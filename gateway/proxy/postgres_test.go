@@ -12,6 +12,7 @@ import (
 	"github.com/limenhq/limen/gateway/audit"
 	"github.com/limenhq/limen/gateway/locks"
 	"github.com/limenhq/limen/gateway/proxy"
+	"github.com/limenhq/limen/gateway/store"
 	"github.com/limenhq/limen/gateway/store/postgres"
 	pgtest "github.com/limenhq/limen/test/postgres"
 )
@@ -156,4 +157,62 @@ func (s *syncBuffer) text() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// TestProxiesFindEachOtherInPostgres: proxies on one database beat in it
+// and read each other back, so each can tell its workers where the others
+// are (peers.go); a proxy that stops beating drops out of the live list.
+func TestProxiesFindEachOtherInPostgres(t *testing.T) {
+	srv := pgtest.Start(t)
+	url := srv.Database(t)
+	ctx := context.Background()
+	dir, err := postgres.Open(ctx, postgres.Config{URL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dir.Close() })
+	onDB := func(addr string) func(*proxy.Config) {
+		return func(c *proxy.Config) {
+			b, err := postgres.Open(ctx, postgres.Config{URL: url})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.Store, c.PeerAddress = b, addr
+			c.PeerHeartbeat, c.PeerTTL = 100*time.Millisecond, time.Second
+		}
+	}
+	honest := map[string]func(*hostileStream){"honest": func(s *hostileStream) { s.reply(s.honest()) }}
+	startHostile(t, honest, onDB("10.0.0.1:8443"))
+	startHostile(t, honest, onDB("10.0.0.2:8443"))
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		live, err := dir.Live(ctx, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var addrs []string
+		for _, p := range live {
+			addrs = append(addrs, p.Addr)
+		}
+		if strings.Join(addrs, ",") == "10.0.0.1:8443,10.0.0.2:8443" || strings.Join(addrs, ",") == "10.0.0.2:8443,10.0.0.1:8443" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("live proxies in the database: %v, want both", addrs)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := dir.Heartbeat(ctx, store.PeerRecord{ID: "gone", Addr: "10.0.0.9:8443"}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	live, err := dir.Live(ctx, 200*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range live {
+		if p.ID == "gone" {
+			t.Fatalf("a proxy that stopped beating 300ms ago is live with a 200ms TTL: %v", live)
+		}
+	}
 }

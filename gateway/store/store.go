@@ -20,6 +20,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Errors a driver returns; the domain packages turn them into their own.
@@ -345,4 +346,22 @@ func CheckVersion(where, domain string, have int, known []Migration) error {
 			"run the limen release that wrote it (or a newer one), never an older one", where, domain, have, len(known), ErrSchemaNewer)
 	}
 	return nil
+}
+
+// PeerRecord is one proxy of a deployment as the others see it: its id and
+// the address workers dial to reach it directly ("" for none).
+type PeerRecord struct {
+	ID, Addr string
+}
+
+// PeerDirectory is where the proxies sharing one database find each other
+// (issue #28: every worker keeps a tunnel to every live proxy). It is
+// optional: an engine that one proxy alone uses (SQLite) has none, and the
+// proxy then knows only itself.
+type PeerDirectory interface {
+	// Heartbeat records that p is alive now, by the database's clock.
+	Heartbeat(ctx context.Context, p PeerRecord) error
+	// Live lists the proxies whose last heartbeat is younger than ttl, by
+	// the database's clock, so that proxies whose clocks differ agree.
+	Live(ctx context.Context, ttl time.Duration) ([]PeerRecord, error)
 }

@@ -130,6 +130,7 @@ var domains = []struct {
 	{"signins", signinsMigrations},
 	{"policy", policyMigrations},
 	{"sessions", sessionsMigrations},
+	{"peers", peersMigrations},
 }
 
 // migrate applies the missing migrations of every domain while holding
