@@ -304,11 +304,17 @@ func TestAuditExportReceiverDown(t *testing.T) {
 	}
 	checkKubeRequest(t, got, ns)
 
-	// The file got the same events, each line strictly an audit Event.
-	lines := readJSONLines(t, exportFile)
-	fromFile := firstSeen(t, lines)
-	if len(fromFile) < len(got) {
-		t.Fatalf("the export file has %d events, the webhook %d", len(fromFile), len(got))
+	// The file got the same events, each line strictly an audit Event. The
+	// two sinks deliver on their own, so the file may still be catching up.
+	var fromFile []auditv1.Event
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		fromFile = firstSeen(t, readJSONLines(t, exportFile))
+		if len(fromFile) >= len(got) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the export file has %d events 30s after the webhook had %d", len(fromFile), len(got))
+		}
 	}
 	for i := range got {
 		if fromFile[i].AuditID != got[i].AuditID || fromFile[i].Stage != got[i].Stage {
