@@ -175,7 +175,9 @@ func (h *Handler) admits(r *http.Request, s *signin) error {
 	if err != nil {
 		return err
 	}
-	if now != s {
+	// The store answers with a fresh value each time (it may be shared
+	// by every proxy): the same sign-in is the same login.
+	if now.p.LoginID != s.p.LoginID || !now.p.Same(s.p) {
 		return errSignedOut
 	}
 	return h.lockedOrGone(r, s)

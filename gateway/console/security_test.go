@@ -167,6 +167,31 @@ func TestLiveViewEndsWhenTheWatcherLosesTheSignIn(t *testing.T) {
 	}
 }
 
+// TestLiveViewLastsWhileSignedIn: the guard's recheck finds the same
+// sign-in again (the store answers with a fresh value each time, shared
+// by every proxy on PostgreSQL), so a watcher who stays signed in keeps
+// the view past several rechecks.
+func TestLiveViewLastsWhileSignedIn(t *testing.T) {
+	le := newLiveEnv(t)
+	c := le.client(t)
+	signIn(t, c, le.env, "dana", "dana-password-1")
+	ws := le.watch(t, c)
+	_ = ws.SetReadDeadline(time.Now().Add(5 * liveRecheckForTest))
+	for {
+		var m map[string]string
+		if err := ws.ReadJSON(&m); err != nil {
+			return // still open when the deadline came: what we want
+		}
+		if strings.Contains(m["end"], "sign-in") {
+			t.Fatalf("a signed-in watcher's live view ended: %q", m["end"])
+		}
+	}
+}
+
+// liveRecheckForTest is console.liveRecheck (200 ms), which the test
+// outlasts several times.
+const liveRecheckForTest = 200 * time.Millisecond
+
 // storeRecording puts a finished recording of cluster demo in the store,
 // as an upload leaves it (the cast and its checksum file).
 func storeRecording(t *testing.T, e *env, id, cast string) {
