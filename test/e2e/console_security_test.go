@@ -60,6 +60,27 @@ func consoleSignIn(t *testing.T, c *http.Client, base, user string) {
 	}
 }
 
+// consoleLoginID is the login id of user's console sign-in stored since t0.
+func consoleLoginID(t *testing.T, user string, t0 time.Time) string {
+	t.Helper()
+	st, err := audit.Open(context.Background(), audit.Path(proxyDataDir(t)), audit.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatalf("open audit store: %v", err)
+	}
+	defer st.Close()
+	evs, err := st.Search(context.Background(), audit.Query{Type: audit.TypeAuthLogin, User: user, Since: t0})
+	if err != nil {
+		t.Fatalf("audit search: %v", err)
+	}
+	for _, ev := range evs {
+		if ev.Fields["client"] == "console" && ev.Fields["login_id"] != "" {
+			return ev.Fields["login_id"]
+		}
+	}
+	t.Fatalf("no console auth.login of %s stored since %s", user, t0)
+	return ""
+}
+
 // kubeSentSince is every kube.sent of user stored since t0.
 func kubeSentSince(t *testing.T, user string, t0 time.Time) []audit.Event {
 	t.Helper()
@@ -84,8 +105,9 @@ func TestConsoleAccessClusterIsAName(t *testing.T) {
 	e := gateway(t)
 	base := "https://" + e.ProxyAddr
 	c := consoleClient(t, e)
-	consoleSignIn(t, c, base, "alice")
 	t0 := time.Now().Add(-time.Second)
+	consoleSignIn(t, c, base, "alice")
+	login := consoleLoginID(t, "alice", t0)
 	ask := func(cluster string) int {
 		t.Helper()
 		resp, err := c.Get(base + "/console/access?" + url.Values{"cluster": {cluster}, "namespace": {"default"}}.Encode())
@@ -111,6 +133,11 @@ func TestConsoleAccessClusterIsAName(t *testing.T) {
 	sent := kubeSentSince(t, "alice", t0)
 	reviews := 0
 	for _, ev := range sent {
+		// Other tests act as alice through kubectl at the same time; the
+		// console's requests carry its sign-in's login id.
+		if ev.Principal.LoginID != login {
+			continue
+		}
 		if ev.Kube.Resource != "selfsubjectrulesreviews" {
 			t.Errorf("kube.sent as alice for %s %s, want only selfsubjectrulesreviews", ev.Kube.Method, ev.Kube.Path)
 			continue
