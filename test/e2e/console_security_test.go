@@ -60,19 +60,25 @@ func consoleSignIn(t *testing.T, c *http.Client, base, user string) {
 	}
 }
 
-// consoleLoginID is the login id of user's console sign-in stored since t0.
-func consoleLoginID(t *testing.T, user string, t0 time.Time) string {
+// storedSince is every event of the proxy's audit trail that q selects.
+func storedSince(t *testing.T, q audit.Query) []audit.Event {
 	t.Helper()
 	st, err := audit.Open(context.Background(), audit.Path(proxyDataDir(t)), audit.Options{ReadOnly: true})
 	if err != nil {
 		t.Fatalf("open audit store: %v", err)
 	}
 	defer st.Close()
-	evs, err := st.Search(context.Background(), audit.Query{Type: audit.TypeAuthLogin, User: user, Since: t0})
+	evs, err := st.Search(context.Background(), q)
 	if err != nil {
 		t.Fatalf("audit search: %v", err)
 	}
-	for _, ev := range evs {
+	return evs
+}
+
+// consoleLoginID is the login id of user's console sign-in stored since t0.
+func consoleLoginID(t *testing.T, user string, t0 time.Time) string {
+	t.Helper()
+	for _, ev := range storedSince(t, audit.Query{Type: audit.TypeAuthLogin, User: user, Since: t0}) {
 		if ev.Fields["client"] == "console" && ev.Fields["login_id"] != "" {
 			return ev.Fields["login_id"]
 		}
@@ -84,16 +90,7 @@ func consoleLoginID(t *testing.T, user string, t0 time.Time) string {
 // kubeSentSince is every kube.sent of user stored since t0.
 func kubeSentSince(t *testing.T, user string, t0 time.Time) []audit.Event {
 	t.Helper()
-	st, err := audit.Open(context.Background(), audit.Path(proxyDataDir(t)), audit.Options{ReadOnly: true})
-	if err != nil {
-		t.Fatalf("open audit store: %v", err)
-	}
-	defer st.Close()
-	evs, err := st.Search(context.Background(), audit.Query{Type: audit.TypeKubeSent, User: user, Since: t0})
-	if err != nil {
-		t.Fatalf("audit search: %v", err)
-	}
-	return evs
+	return storedSince(t, audit.Query{Type: audit.TypeKubeSent, User: user, Since: t0})
 }
 
 // TestConsoleAccessClusterIsAName: the console's "what may I do" asks the
