@@ -60,6 +60,12 @@ type Config struct {
 	// OnKill runs after a session is killed on the proxy: push
 	// sessions.KillMessage to the workers of info.Cluster.
 	OnKill func(ctx context.Context, info sessions.Info, by identity.Principal)
+	// RemoteKill, with several proxies on one store, asks the proxy that
+	// relays session id to kill it, when it is not this one, and returns
+	// the session as the directory lists it (ended, when the other proxy
+	// confirmed in time); an error wrapping sessions.ErrNoLiveSession when
+	// no proxy relays it live. Nil with one proxy.
+	RemoteKill func(ctx context.Context, id string, by identity.Principal) (sessions.Info, error)
 	// Logger receives operational logs; nil means slog.Default().
 	Logger *slog.Logger
 	// ClientAddr extracts the caller's address for audit; nil uses the

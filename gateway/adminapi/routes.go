@@ -175,15 +175,28 @@ func (h *Handler) Kill(r *http.Request, p identity.Principal, id string) (_ sess
 	if err := sessions.ValidID(id); err != nil {
 		return sessions.Info{}, http.StatusBadRequest, err
 	}
-	if !h.cfg.Sessions.Kill(id) {
+	var info sessions.Info
+	switch {
+	case h.cfg.Sessions.Kill(id):
+		info, _ = h.cfg.Sessions.Get(id)
+		if h.cfg.OnKill != nil {
+			h.cfg.OnKill(r.Context(), info, p)
+		}
+	case h.cfg.RemoteKill != nil:
+		var err error
+		if info, err = h.cfg.RemoteKill(r.Context(), id, p); errors.Is(err, sessions.ErrNoLiveSession) {
+			return sessions.Info{}, http.StatusNotFound, fmt.Errorf("%w: list them with limen sessions ls", err)
+		} else if err != nil {
+			return sessions.Info{}, http.StatusServiceUnavailable, fmt.Errorf("session %s is not on this proxy, and the others could not be asked: %w", id, err)
+		}
+	default:
 		return sessions.Info{}, http.StatusNotFound, fmt.Errorf("no live session %s: list them with limen sessions ls", id)
-	}
-	info, _ := h.cfg.Sessions.Get(id)
-	if h.cfg.OnKill != nil {
-		h.cfg.OnKill(r.Context(), info, p)
 	}
 	e := audit.Event{Type: audit.TypeSessionKill, Principal: p, Cluster: info.Cluster, SessionID: id,
 		Fields: map[string]string{"user": info.Principal.String(), "kind": string(info.Kind), "target": info.Target}}
+	if info.Proxy != "" {
+		e.Fields["proxy"] = info.Proxy
+	}
 	if err := h.api.Emit(r, e); err != nil {
 		return info, http.StatusServiceUnavailable, errors.New("the session is killed, but the audit trail did not record it: " + err.Error())
 	}

@@ -115,7 +115,7 @@ func (s *Server) mountConsole(c Config) error {
 	h, err := console.New(console.Config{
 		SignIns: signIns,
 		Users:   s.Users, Admin: s.Policy, Locks: s.LockSet, Audit: s.Denials, Events: s.Audit,
-		Recordings: s.recordings, Sessions: sessionView{local: s.Sessions, dir: s.sessionDir, log: s.log}, Control: s.admin,
+		Recordings: s.recordings, Sessions: s.sessionView(), Control: s.admin,
 		PolicyStatus: func(ctx context.Context) []console.PolicyHop { return s.policyStatus(ctx, b) },
 		Observe: func(ctx context.Context, info sessions.Info) (io.ReadCloser, error) {
 			return s.observe(ctx, b, info)
@@ -305,6 +305,10 @@ func (v sessionView) List() []sessions.Info {
 	}
 	return append(out, others...)
 }
+
+// Kill kills a session of this proxy's; the admin API asks the directory
+// for the others' (Server.remoteKill).
+func (v sessionView) Kill(id string) bool { return v.local.Kill(id) }
 
 func (v sessionView) Get(id string) (sessions.Info, bool) {
 	if i, ok := v.local.Get(id); ok {

@@ -77,9 +77,11 @@ type Config struct {
 	// ShutdownTimeout bounds the drain once Serve's context ends (SIGTERM);
 	// 0 is DefaultShutdownTimeout.
 	ShutdownTimeout time.Duration
-	// ProxyID names this proxy among those of one database (its refusals
-	// of policy bundles, its sessions in the directory); "" is the host
-	// name, which is the pod's name under Kubernetes.
+	// ProxyID names this proxy process among those of one database (its
+	// tunnels, its refusals of policy bundles, its sessions in the
+	// directory); "" is the host name (the pod's name under Kubernetes)
+	// with a random suffix, since two processes may share a host and a
+	// restarted proxy is not the one that died.
 	ProxyID string
 	// Now is the clock of the caller checks (certificate expiry, locks,
 	// grants); nil means time.Now. For tests.
@@ -197,7 +199,7 @@ func New(ctx context.Context, c Config) (_ *Server, err error) {
 	}
 	proxyID := c.ProxyID
 	if proxyID == "" {
-		proxyID, _ = os.Hostname()
+		proxyID = newProxyID()
 	}
 	if popts.ProxyID == "" {
 		popts.ProxyID = proxyID
@@ -242,7 +244,7 @@ func New(ctx context.Context, c Config) (_ *Server, err error) {
 	s.Mux.Handle("/", http.HandlerFunc(notRouted))
 	s.Mux.Handle("GET "+PathAccess, s.Kube.AccessHandler(s.Kube.Authenticate))
 	s.handleControl()
-	if err := s.newAnnouncer(c); err != nil {
+	if err := s.newAnnouncer(c, proxyID); err != nil {
 		return nil, err
 	}
 	s.handleHealth()
@@ -403,16 +405,16 @@ func (s *Server) mountAPIs(c Config) error {
 	}
 	s.Mux.Handle("/v1/", api)
 	admin, err := adminapi.New(adminapi.Config{
-		LockStore: s.Locks, Locks: s.LockSet, Sessions: s.Sessions, Admin: s.Policy, Principal: s.CA.PrincipalFromRequest,
+		LockStore: s.Locks, Locks: s.LockSet, Sessions: s.sessionView(), Admin: s.Policy, Principal: s.CA.PrincipalFromRequest,
 		Audit: s.Denials, Now: c.Now, Logger: s.log.With("component", "admin"),
 		OnChange: func(ctx context.Context, ch locks.Change) {
 			s.LockSet.Apply(ch)
 			s.push(ctx, "", func() (tunnel.Message, error) { return locks.ChangeMessage(ch) }, locks.CheckAck)
 		},
 		OnKill: func(ctx context.Context, info sessions.Info, by identity.Principal) {
-			s.push(ctx, info.Cluster, func() (tunnel.Message, error) { return sessions.KillMessage(info.ID, by.String()) },
-				func(m tunnel.Message) error { _, err := sessions.CheckKillAck(m); return err })
+			s.pushKill(ctx, info, by.String())
 		},
+		RemoteKill: s.remoteKill,
 	})
 	if err != nil {
 		return err
@@ -467,6 +469,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	wg.Go(func() { s.peers.Run(ctx) })
 	if feed, ok := s.store.(store.Feed); ok {
 		wg.Go(func() { s.watchLocks(ctx, feed) })
+		wg.Go(func() { s.watchKills(ctx, feed) })
 	}
 	p := &port{TLS: s.CA.ServerTLSConfig(), Kube: s.Kube, ServerCluster: s.Kube.ServerCluster, Handler: s.Mux, Tunnel: s.Tunnel, Limits: s.limits,
 		WorkerCluster: s.CA.ClusterFromChains, ShutdownTimeout: s.shutdown, EndSessions: s.endSessions, Logger: s.log}

@@ -20,7 +20,7 @@ import (
 
 // newAnnouncer builds the proxy's peer announcer and registers it on the
 // worker tunnels: each worker hears the live proxies when it connects.
-func (s *Server) newAnnouncer(c Config) error {
+func (s *Server) newAnnouncer(c Config, id string) error {
 	if c.PeerAddress != "" {
 		if err := tunnel.ValidPeerAddr(c.PeerAddress); err != nil {
 			return fmt.Errorf("peer-address: %w", err)
@@ -29,14 +29,28 @@ func (s *Server) newAnnouncer(c Config) error {
 	peers := c.Peers
 	if dir, ok := s.store.(store.PeerDirectory); ok && peers == nil {
 		// Several proxies on one database find each other there.
-		peers = storePeers{dir: dir, ttl: c.PeerTTL}
+		sp := storePeers{dir: dir, ttl: c.PeerTTL}
+		peers = sp
+		// A proxy that stopped beating died with its streams: the
+		// directory must not list them live forever.
+		s.sessionDir.SetLive(func(ctx context.Context) (map[string]bool, error) {
+			live, err := sp.Live(ctx)
+			if err != nil {
+				return nil, err
+			}
+			m := map[string]bool{id: true}
+			for _, p := range live {
+				m[p.ID] = true
+			}
+			return m, nil
+		})
 	}
 	if peers == nil {
 		// One proxy: the list is this proxy alone (with its address when
 		// --peer-address is set).
 		peers = &tunnel.MemPeers{TTL: c.PeerTTL}
 	}
-	s.Tunnel.ID = proxyID()
+	s.Tunnel.ID = id
 	s.peers = &tunnel.Announcer{Peers: peers, Self: tunnel.Peer{ID: s.Tunnel.ID, Addr: c.PeerAddress},
 		Server: s.Tunnel, Interval: c.PeerHeartbeat, Stale: c.PeerTTL, Logger: s.log.With("component", "peers")}
 	s.control.connect(func(ctx context.Context, w workerConn) error { return s.peers.OnConnect(ctx, w) })
@@ -44,10 +58,10 @@ func (s *Server) newAnnouncer(c Config) error {
 	return nil
 }
 
-// proxyID names this proxy process among its peers: its host name (a pod
-// name under Kubernetes) and a random suffix, since two processes may
+// newProxyID names this proxy process among its peers: its host name (a
+// pod name under Kubernetes) and a random suffix, since two processes may
 // share a host.
-func proxyID() string {
+func newProxyID() string {
 	host, _ := os.Hostname()
 	if host == "" {
 		host = "proxy"

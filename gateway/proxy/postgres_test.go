@@ -10,8 +10,10 @@ import (
 
 	"github.com/limenhq/limen/gateway/adminapi"
 	"github.com/limenhq/limen/gateway/audit"
+	"github.com/limenhq/limen/gateway/identity"
 	"github.com/limenhq/limen/gateway/locks"
 	"github.com/limenhq/limen/gateway/proxy"
+	"github.com/limenhq/limen/gateway/sessions"
 	"github.com/limenhq/limen/gateway/store"
 	"github.com/limenhq/limen/gateway/store/postgres"
 	pgtest "github.com/limenhq/limen/test/postgres"
@@ -214,5 +216,72 @@ func TestProxiesFindEachOtherInPostgres(t *testing.T) {
 		if p.ID == "gone" {
 			t.Fatalf("a proxy that stopped beating 300ms ago is live with a 200ms TTL: %v", live)
 		}
+	}
+}
+
+// TestKillReachesTheOtherProxy: two proxies on one PostgreSQL. A session
+// relayed by proxy B is listed by proxy A's admin API, and killed through
+// A: B ends it (reason killed) within killFanOut, A's answer already shows
+// it ended, and A audits the kill naming B. A second kill finds nothing.
+func TestKillReachesTheOtherProxy(t *testing.T) {
+	const killFanOut = time.Second
+	srv := pgtest.Start(t)
+	url := srv.Database(t)
+	ctx := context.Background()
+	onDB := func() proxy.Config {
+		b, err := postgres.Open(ctx, postgres.Config{URL: url})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return proxy.Config{Store: b, PeerHeartbeat: 100 * time.Millisecond, PeerTTL: 2 * time.Second}
+	}
+	a, b := startProxy(t, onDB()), startProxy(t, onDB())
+	id := strings.Repeat("ef", 16)
+	live, err := b.Sessions.Register(ctx, sessions.Session{ID: id, Principal: alice, Cluster: testCluster, Kind: sessions.KindExec, Target: "default/web/sh"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := identity.Principal{ClientID: identity.ClientKubectl, Kind: identity.KindUser, Name: "root",
+		Traits: map[string][]string{"groups": {"admins"}}, LoginID: "login-root"}
+	admin := a.clients(t, root, time.Hour).admin
+	waitUntil(t, "proxy A to list proxy B's session", func() bool {
+		list, err := admin.Sessions(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, i := range list {
+			if i.ID == id && i.Live() && i.Proxy != "" {
+				return true
+			}
+		}
+		return false
+	})
+	start := time.Now()
+	info, err := admin.Kill(ctx, id)
+	if err != nil {
+		t.Fatalf("kill through proxy A: %v", err)
+	}
+	select {
+	case <-live.Done():
+	case <-time.After(killFanOut):
+		t.Fatalf("proxy B still relays the session %s after the kill through proxy A", killFanOut)
+	}
+	took := time.Since(start)
+	if e := live.Ended(); e == nil || e.Reason != sessions.ReasonKilled {
+		t.Fatalf("ended %+v, want reason killed", e)
+	}
+	if info.Live() || info.Reason != sessions.ReasonKilled || info.Proxy == "" {
+		t.Fatalf("proxy A answers %+v, want the session ended, killed, at the other proxy", info)
+	}
+	t.Logf("kill through proxy A ended the session at proxy B in %s", took)
+	if _, err := admin.Kill(ctx, id); statusOf(err) != http.StatusNotFound {
+		t.Fatalf("second kill: %v, want 404", err)
+	}
+	if err := a.Audit.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	evs, err := a.Audit.Search(ctx, audit.Query{Type: audit.TypeSessionKill})
+	if err != nil || len(evs) != 1 || evs[0].SessionID != id || evs[0].Fields["proxy"] == "" || evs[0].Principal.Name != "root" {
+		t.Fatalf("session.kill events %+v %v, want one by root naming proxy B", evs, err)
 	}
 }

@@ -29,17 +29,30 @@ type Directory struct {
 	q     chan store.SessionRecord
 	done  chan struct{}
 	once  sync.Once
+	// live, when set, names the proxies alive now (their heartbeats); a
+	// live record of any other proxy is shown ended, ReasonProxyLost.
+	live func(context.Context) (map[string]bool, error)
+	now  func() time.Time
 }
+
+// ErrNoLiveSession means no proxy relays a live session of that id.
+var ErrNoLiveSession = errors.New("no live session")
 
 // NewDirectory starts writing to db as proxy; Close stops it.
 func NewDirectory(db store.Sessions, proxy string, log *slog.Logger) *Directory {
 	if log == nil {
 		log = slog.Default()
 	}
-	d := &Directory{db: db, proxy: proxy, log: log, q: make(chan store.SessionRecord, DirectoryQueue), done: make(chan struct{})}
+	d := &Directory{db: db, proxy: proxy, log: log, q: make(chan store.SessionRecord, DirectoryQueue), done: make(chan struct{}),
+		now: time.Now}
 	go d.run()
 	return d
 }
+
+// SetLive makes the directory judge other proxies' live sessions by live,
+// which names the proxies beating now: the sessions of a proxy that died
+// died with it, and must not be listed live forever. Call it before use.
+func (d *Directory) SetLive(live func(context.Context) (map[string]bool, error)) { d.live = live }
 
 // Proxy is the name this proxy's sessions carry in the directory.
 func (d *Directory) Proxy() string { return d.proxy }
@@ -87,18 +100,85 @@ func (d *Directory) Others(ctx context.Context, limit int) ([]Info, error) {
 	if err != nil {
 		return nil, fmt.Errorf("session directory: %w", err)
 	}
+	alive, err := d.alive(ctx)
+	if err != nil {
+		return nil, err
+	}
 	var out []Info
 	for _, r := range recs {
 		if r.Proxy == d.proxy {
 			continue
 		}
-		i, err := decodeRecord(r)
+		i, err := d.decode(r, alive)
 		if err != nil {
 			return nil, err
 		}
 		out = append(out, i)
 	}
 	return out, nil
+}
+
+// alive reads the live proxies; nil (no judgment) when SetLive was not
+// called.
+func (d *Directory) alive(ctx context.Context) (map[string]bool, error) {
+	if d.live == nil {
+		return nil, nil
+	}
+	m, err := d.live(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("session directory: live proxies: %w", err)
+	}
+	return m, nil
+}
+
+// decode is decodeRecord, with a live session of a proxy missing from alive
+// shown ended.
+func (d *Directory) decode(r store.SessionRecord, alive map[string]bool) (Info, error) {
+	i, err := decodeRecord(r)
+	if err != nil || alive == nil || !i.Live() || alive[r.Proxy] {
+		return i, err
+	}
+	i.End, i.Reason = d.now().UTC(), ReasonProxyLost
+	i.Detail = "proxy " + r.Proxy + " stopped beating; its streams ended with it"
+	return i, nil
+}
+
+// RequestKill asks the proxy relaying live session id to kill it, by by:
+// the store marks the session and announces it (store.KillsChannel). It
+// returns the session as the directory holds it; ErrNoLiveSession when no
+// live proxy relays it.
+func (d *Directory) RequestKill(ctx context.Context, id, by string) (Info, error) {
+	alive, err := d.alive(ctx)
+	if err != nil {
+		return Info{}, err
+	}
+	if r, err := d.db.Get(ctx, id); err == nil && alive != nil && !alive[r.Proxy] {
+		return Info{}, fmt.Errorf("session %s: its proxy %s stopped beating, so it ended already: %w", id, r.Proxy, ErrNoLiveSession)
+	}
+	r, err := d.db.RequestKill(ctx, id, by)
+	if errors.Is(err, store.ErrNotFound) {
+		return Info{}, fmt.Errorf("session %s: %w", id, ErrNoLiveSession)
+	}
+	if err != nil {
+		return Info{}, fmt.Errorf("session directory: %w", err)
+	}
+	return decodeRecord(r)
+}
+
+// KillRequest reads session id back after an announcement: who asked to
+// kill it, when this proxy relays it and it is marked; "" otherwise.
+func (d *Directory) KillRequest(ctx context.Context, id string) (by string, err error) {
+	r, err := d.db.Get(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("session directory: %w", err)
+	}
+	if r.Proxy != d.proxy || r.EndNS != 0 {
+		return "", nil
+	}
+	return r.KillBy, nil
 }
 
 // Other returns session id when another proxy relays it.
@@ -110,7 +190,11 @@ func (d *Directory) Other(ctx context.Context, id string) (Info, bool, error) {
 	if err != nil {
 		return Info{}, false, fmt.Errorf("session directory: %w", err)
 	}
-	i, err := decodeRecord(r)
+	alive, err := d.alive(ctx)
+	if err != nil {
+		return Info{}, false, err
+	}
+	i, err := d.decode(r, alive)
 	return i, err == nil, err
 }
 

@@ -70,6 +70,13 @@ const (
 	ReasonError   Reason = "error"
 	// ReasonShutdown: the hop is shutting down.
 	ReasonShutdown Reason = "shutdown"
+	// ReasonLockViewStale: the proxy could not confirm its lock view for
+	// longer than it may (--lock-stale-after, strict mode), so it ended the
+	// streams it could no longer vouch for.
+	ReasonLockViewStale Reason = "lock_view_stale"
+	// ReasonProxyLost: the directory's answer for a session of a proxy that
+	// stopped beating (it died with its streams); never audited by a hop.
+	ReasonProxyLost Reason = "proxy_lost"
 )
 
 // MaxIDLen bounds a session ID.

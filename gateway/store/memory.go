@@ -120,9 +120,11 @@ func NewMemorySessions() *MemorySessions { return &MemorySessions{m: map[string]
 func (d *MemorySessions) Put(_ context.Context, r SessionRecord) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if old, ok := d.m[r.ID]; ok && old.EndNS != 0 {
+	old, ok := d.m[r.ID]
+	if ok && old.EndNS != 0 {
 		return nil // an end never turns back into a live session
 	}
+	r.KillBy = old.KillBy
 	d.m[r.ID] = r
 	if r.EndNS != 0 {
 		var ended []SessionRecord
@@ -161,6 +163,20 @@ func (d *MemorySessions) Get(_ context.Context, id string) (SessionRecord, error
 	if !ok {
 		return r, ErrNotFound
 	}
+	return r, nil
+}
+
+// RequestKill marks a live session. The embedded engine has no Feed: its
+// one proxy kills its own sessions without asking the directory.
+func (d *MemorySessions) RequestKill(_ context.Context, id, by string) (SessionRecord, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	r, ok := d.m[id]
+	if !ok || r.EndNS != 0 {
+		return SessionRecord{}, ErrNotFound
+	}
+	r.KillBy = by
+	d.m[id] = r
 	return r, nil
 }
 

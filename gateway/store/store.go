@@ -181,6 +181,9 @@ type SessionRecord struct {
 	// Info is the session's JSON (gateway/sessions.Info).
 	Info           string
 	StartNS, EndNS int64 // Unix nanoseconds; EndNS 0 while live
+	// KillBy names who asked, through any proxy, that the session be
+	// killed (RequestKill); "" when nobody did. A later Put keeps it.
+	KillBy string
 }
 
 // Sessions is the directory of sessions: what the console of any proxy
@@ -193,8 +196,18 @@ type Sessions interface {
 	List(ctx context.Context, limit int) ([]SessionRecord, error)
 	// Get returns session id; ErrNotFound when there is none.
 	Get(ctx context.Context, id string) (SessionRecord, error)
+	// RequestKill marks live session id as to be killed by by, and
+	// announces it on the engine's Feed (KillsChannel, payload: the id) so
+	// that the proxy relaying it ends it; it returns the record as marked.
+	// ErrNotFound when no live session has that id.
+	RequestKill(ctx context.Context, id, by string) (SessionRecord, error)
 	Close() error
 }
+
+// KillsChannel is the Feed channel of kill requests: a session marked with
+// RequestKill is announced with its id; the proxy that relays it re-reads
+// the row and ends it.
+const KillsChannel = "limen_kills"
 
 // FloorRecord is the newest policy bundle revision any proxy verified.
 type FloorRecord struct {

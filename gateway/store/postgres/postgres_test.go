@@ -64,6 +64,7 @@ func TestPostgres(t *testing.T) {
 		}
 		b.Close()
 	})
+	t.Run("KillIsAnnounced", func(t *testing.T) { testKillAnnounced(t, open(t, srv.Database(t))) })
 	// Last: it stops the server and starts it again.
 	t.Run("AuditFailsClosedWhileDown", func(t *testing.T) { testAuditDown(t, srv, open(t, srv.Database(t))) })
 }
@@ -170,5 +171,37 @@ func TestOpenBadURL(t *testing.T) {
 			t.Fatalf("%s: %v, want a refusal naming database-url without the password", url, err)
 		}
 		t.Log(err)
+	}
+}
+
+// testKillAnnounced: a kill request reaches a listener on KillsChannel with
+// the session's id, and the row it re-reads carries the mark.
+func testKillAnnounced(t *testing.T, b *postgres.Backend) {
+	defer b.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	d, err := b.Sessions(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Put(ctx, store.SessionRecord{ID: "s1", Proxy: "proxy-b", Info: "{}", StartNS: 1}); err != nil {
+		t.Fatal(err)
+	}
+	connected, heard := make(chan struct{}, 1), make(chan string, 1)
+	go func() {
+		_ = b.Watch(ctx, store.KillsChannel, func() { connected <- struct{}{} }, func(id string) { heard <- id })
+	}()
+	<-connected
+	if _, err := d.RequestKill(ctx, "s1", "user:admin"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case id := <-heard:
+		r, err := d.Get(ctx, id)
+		if id != "s1" || err != nil || r.KillBy != "user:admin" {
+			t.Fatalf("heard %q, row %+v %v", id, r, err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the kill request was not announced")
 	}
 }

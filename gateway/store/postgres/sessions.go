@@ -20,6 +20,7 @@ var sessionsMigrations = []store.Migration{
 );
 CREATE INDEX sessions_live  ON sessions (start_ns) WHERE end_ns = 0;
 CREATE INDEX sessions_start ON sessions (start_ns)`},
+	{Version: 2, SQL: `ALTER TABLE sessions ADD COLUMN kill_by text NOT NULL DEFAULT ''`},
 }
 
 type sessionsDB struct{ pool *pgxpool.Pool }
@@ -38,11 +39,11 @@ func (s sessionsDB) Put(ctx context.Context, r store.SessionRecord) error {
 	return err
 }
 
-const sessionColumns = `id, proxy, info, start_ns, end_ns`
+const sessionColumns = `id, proxy, info, start_ns, end_ns, kill_by`
 
 func scanSession(r pgx.Row) (store.SessionRecord, error) {
 	var x store.SessionRecord
-	err := r.Scan(&x.ID, &x.Proxy, &x.Info, &x.StartNS, &x.EndNS)
+	err := r.Scan(&x.ID, &x.Proxy, &x.Info, &x.StartNS, &x.EndNS, &x.KillBy)
 	return x, err
 }
 
@@ -58,6 +59,27 @@ func (s sessionsDB) List(ctx context.Context, limit int) ([]store.SessionRecord,
 
 func (s sessionsDB) Get(ctx context.Context, id string) (store.SessionRecord, error) {
 	r, err := scanSession(s.pool.QueryRow(ctx, `SELECT `+sessionColumns+` FROM sessions WHERE id = $1`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return r, store.ErrNotFound
+	}
+	return r, err
+}
+
+// RequestKill marks the live session and announces it on
+// store.KillsChannel in the same transaction: listeners hear of it only
+// once the mark is committed, and re-read the row.
+func (s sessionsDB) RequestKill(ctx context.Context, id, by string) (store.SessionRecord, error) {
+	var r store.SessionRecord
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var err error
+		r, err = scanSession(tx.QueryRow(ctx, `UPDATE sessions SET kill_by = $2 WHERE id = $1 AND end_ns = 0
+			RETURNING `+sessionColumns, id, by))
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `SELECT pg_notify($1, $2)`, store.KillsChannel, id)
+		return err
+	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return r, store.ErrNotFound
 	}

@@ -724,4 +724,21 @@ func testSessions(t *testing.T, b store.Backend) {
 	if err != nil || len(list) != 2 || list[0].ID != "s3" || list[1].ID != "s2" {
 		t.Fatalf("list: %+v %v, want s3 then s2", list, err)
 	}
+	// A kill request marks a live session only, and a later record of the
+	// session (its end, written by the proxy that killed it) keeps the mark.
+	if _, err := d.RequestKill(ctx, "s1", "user:admin"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("kill of an ended session: %v, want ErrNotFound", err)
+	}
+	if _, err := d.RequestKill(ctx, "s9", "user:admin"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("kill of an unknown session: %v, want ErrNotFound", err)
+	}
+	if got, err := d.RequestKill(ctx, "s2", "user:admin"); err != nil || got.KillBy != "user:admin" || got.Proxy != "proxy-b" {
+		t.Fatalf("kill of s2: %+v %v", got, err)
+	}
+	if err := d.Put(ctx, rec("s2", "proxy-b", 20, 25)); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := d.Get(ctx, "s2"); err != nil || got.KillBy != "user:admin" || got.EndNS != 25 {
+		t.Fatalf("s2 after its end: %+v %v, want the kill mark kept", got, err)
+	}
 }
