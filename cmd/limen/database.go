@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"time"
 
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
 
+	"github.com/limenhq/limen/gateway/adminapi"
+	"github.com/limenhq/limen/gateway/locks"
 	"github.com/limenhq/limen/gateway/store"
 	"github.com/limenhq/limen/gateway/store/postgres"
 	"github.com/limenhq/limen/gateway/store/sqlite"
@@ -21,6 +24,31 @@ func addDatabaseFlags(f *pflag.FlagSet) {
 		"for users, bots, join tokens, locks, the audit trail, console sign-ins, the policy revision floor and the session directory; "+
 		"needs --ca-dir; default: SQLite files in --data-dir")
 	f.String("database-password-file", "", "file holding the database password (a mounted Secret), instead of a password in --database-url")
+	f.Duration("lock-stale-after", locks.DefaultStaleAfter, "longest time the proxy trusts its copy of the locks without confirming it against the store "+
+		"(re-read every second and on every change another proxy announces); past it --lock-mode applies")
+	f.String("lock-mode", string(locks.ModeStrict), "what the proxy does once its lock view is older than --lock-stale-after: "+
+		"strict refuses every request with 503 and ends every open stream until the store answers again (a lock set through another proxy "+
+		"is never missed); best-effort keeps serving on the last view and logs it")
+}
+
+// lockViewConfig is the validated --lock-stale-after and --lock-mode.
+type lockViewConfig struct {
+	StaleAfter time.Duration
+	Mode       locks.Mode
+}
+
+func loadLockViewConfig(v *viper.Viper) (lockViewConfig, error) {
+	c := lockViewConfig{StaleAfter: v.GetDuration("lock-stale-after")}
+	if min := 2 * adminapi.LockSyncInterval; c.StaleAfter < min {
+		return c, fmt.Errorf("lock-stale-after: %s is too short: the proxy re-reads its locks every %s, so use at least %s (default %s)",
+			c.StaleAfter, adminapi.LockSyncInterval, min, locks.DefaultStaleAfter)
+	}
+	m, err := locks.ParseMode(v.GetString("lock-mode"))
+	if err != nil {
+		return c, fmt.Errorf("lock-mode: %w", err)
+	}
+	c.Mode = m
+	return c, nil
 }
 
 // databaseConfig is the validated --database-url and its password file;

@@ -57,6 +57,9 @@ type proxyConfig struct {
 	PeerAddress string
 	// Database is the shared store (database.go); zero: SQLite in DataDir.
 	Database databaseConfig
+	// LockView is how long the proxy trusts an unconfirmed lock view, and
+	// what it does past it (database.go).
+	LockView lockViewConfig
 }
 
 func newProxyCmd() *cobra.Command {
@@ -162,6 +165,9 @@ func loadProxyConfig(cmd *cobra.Command) (proxyConfig, error) {
 		return c, err
 	}
 	if c.Database, err = loadDatabaseConfig(v); err != nil {
+		return c, err
+	}
+	if c.LockView, err = loadLockViewConfig(v); err != nil {
 		return c, err
 	}
 	return c, c.validate()
@@ -274,6 +280,7 @@ func (c proxyConfig) gateway(popts policy.Options, log *slog.Logger) proxy.Confi
 		Limits: c.Limits, ShutdownTimeout: c.ShutdownTimeout, AuditMaxBytes: c.Storage.AuditMaxBytes, RecordingStoreMaxBytes: c.Storage.RecordingStoreMaxBytes,
 		RecordingStore: c.Storage.RecordingStore, RecordingRetention: c.Storage.RecordingRetention,
 		Policy: popts, Logger: log, OIDC: c.OIDC, CIIssuers: c.CIIssuers, ConsoleOIDCRedirectURL: c.ConsoleOIDCRedirect, PeerAddress: c.PeerAddress,
+		LockStaleAfter: c.LockView.StaleAfter, LockMode: c.LockView.Mode,
 	}
 }
 

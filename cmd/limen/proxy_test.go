@@ -45,6 +45,8 @@ func TestProxyConfig(t *testing.T) {
 		}},
 		{name: "worker ttl", args: []string{"--data-dir", dir, "--worker-cert-ttl", "1m"}, want: "worker-cert-ttl"},
 		{name: "bad peer address", args: []string{"--data-dir", dir, "--peer-address", "https://10.0.0.5:8443"}, want: "peer-address"},
+		{name: "lock view trusted too briefly", args: []string{"--data-dir", dir, "--lock-stale-after", "1s"}, want: "lock-stale-after"},
+		{name: "unknown lock mode", env: map[string]string{"LIMEN_LOCK_MODE": "best_effort"}, args: []string{"--data-dir", dir}, want: "lock-mode"},
 		{name: "peer address without port", env: map[string]string{"LIMEN_PEER_ADDRESS": "10.0.0.5"}, args: []string{"--data-dir", dir}, want: "peer-address"},
 		{name: "peer address from env", env: map[string]string{"LIMEN_PEER_ADDRESS": "proxy-0.limen:8443"}, args: []string{"--data-dir", dir}, check: func(t *testing.T, c proxyConfig) {
 			if c.PeerAddress != "proxy-0.limen:8443" || c.gateway(policy.Options{}, nil).PeerAddress != "proxy-0.limen:8443" {

@@ -98,6 +98,9 @@ func (h *Handler) SyncLocks(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("sync locks: %w", err)
 	}
+	// Confirmed as of the read's start: a change stored after it is
+	// caught by the next read.
+	defer h.cfg.Locks.Confirmed(now)
 	for _, ch := range locks.Diff(h.cfg.Locks.List(now), stored, now) {
 		h.api.Logger.Info("lock changed in the store", "op", string(ch.Op), "target", ch.Lock.Target.String())
 		h.changedCtx(ctx, ch)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/limenhq/limen/gateway/audit"
 	"github.com/limenhq/limen/gateway/identity"
+	"github.com/limenhq/limen/gateway/locks"
 	"github.com/limenhq/limen/gateway/store"
 	"github.com/limenhq/limen/gateway/users"
 )
@@ -119,6 +120,11 @@ func (h *Handler) user(next userHandler) http.HandlerFunc {
 		if err := h.lockedOrGone(r, s); err != nil {
 			h.cfg.Logger.Info("console: refused a signed-in user", "user", s.p.Name, "err", err)
 			h.deny(r, s.p, "console: "+err.Error())
+			if code := locks.HTTPStatus(err); code != http.StatusForbidden {
+				// The lock view is stale: refused for now, still signed in.
+				h.fail(w, r, nil, code, err.Error())
+				return
+			}
 			h.dropCookie(w, r)
 			h.fail(w, r, nil, http.StatusForbidden, err.Error())
 			return

@@ -19,6 +19,11 @@ type Set struct {
 	mu       sync.Mutex // serializes writers and guards watchers
 	watchers map[Target]map[*watcher]struct{}
 	now      func() time.Time
+
+	// The view's freshness (view.go): set by Guard before use.
+	staleAfter time.Duration
+	mode       Mode
+	confirmed  atomic.Int64 // Unix nanoseconds
 }
 
 // watcher is told of every lock set on its target, with s.mu held.
@@ -41,8 +46,13 @@ func (s *Set) Locked(p identity.Principal, now time.Time) (Lock, bool) {
 	return l, true
 }
 
-// Check is Locked as an error: a *LockedError naming the lock, or nil.
+// Check is Locked as an error: a *LockedError naming the lock, or nil. A
+// guarded set in strict mode whose view is stale refuses everyone with a
+// *StaleError (view.go); HTTPStatus tells the two apart.
 func (s *Set) Check(p identity.Principal, now time.Time) error {
+	if err := s.refuseStale(now); err != nil {
+		return err
+	}
 	if l, ok := s.Locked(p, now); ok {
 		return &LockedError{Lock: l}
 	}

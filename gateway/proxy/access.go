@@ -17,6 +17,7 @@ import (
 	"github.com/limenhq/limen/gateway/bytesize"
 	"github.com/limenhq/limen/gateway/identity"
 	"github.com/limenhq/limen/gateway/kpath"
+	"github.com/limenhq/limen/gateway/locks"
 	"github.com/limenhq/limen/gateway/reqinfo"
 )
 
@@ -218,7 +219,7 @@ func (k *Kube) AccessHandler(principal func(*http.Request) (identity.Principal, 
 		}
 		if k.Locks != nil {
 			if err := k.Locks.Check(p, k.Now()); err != nil {
-				writeStatus(w, http.StatusForbidden, err.Error())
+				writeStatus(w, locks.HTTPStatus(err), err.Error())
 				return
 			}
 		}

@@ -32,6 +32,7 @@ import (
 	"github.com/limenhq/limen/gateway/impersonate"
 	"github.com/limenhq/limen/gateway/kpath"
 	"github.com/limenhq/limen/gateway/kstatus"
+	"github.com/limenhq/limen/gateway/locks"
 	"github.com/limenhq/limen/gateway/policy"
 	"github.com/limenhq/limen/gateway/reqinfo"
 	"github.com/limenhq/limen/gateway/scope"
@@ -166,7 +167,7 @@ func (k *Kube) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if k.Locks != nil {
 		if err := k.Locks.Check(p, now); err != nil {
-			deny(http.StatusForbidden, p, "locked: "+err.Error(), err.Error())
+			deny(locks.HTTPStatus(err), p, "locked: "+err.Error(), err.Error())
 			return
 		}
 	}

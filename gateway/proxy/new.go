@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -83,6 +84,11 @@ type Config struct {
 	// with a random suffix, since two processes may share a host and a
 	// restarted proxy is not the one that died.
 	ProxyID string
+	// LockStaleAfter bounds how long the proxy trusts a lock view it could
+	// not confirm against the store (0: locks.DefaultStaleAfter); LockMode
+	// says what it does past it ("": locks.ModeStrict).
+	LockStaleAfter time.Duration
+	LockMode       locks.Mode
 	// Now is the clock of the caller checks (certificate expiry, locks,
 	// grants); nil means time.Now. For tests.
 	Now    func() time.Time
@@ -155,14 +161,16 @@ type Server struct {
 	tokenDB store.Tokens
 	// sessionDir records the registry's sessions for the other proxies.
 	sessionDir *sessions.Directory
-	control    *workerRouter
-	peers      *tunnel.Announcer
-	ready      []readyCheck
-	admin      *adminapi.Handler
-	limits     Limits
-	shutdown   time.Duration
-	metrics    *telemetry.Metrics
-	log        *slog.Logger
+	// lockViewStale is what checkLockView saw last (syncLocks' goroutine).
+	lockViewStale bool
+	control       *workerRouter
+	peers         *tunnel.Announcer
+	ready         []readyCheck
+	admin         *adminapi.Handler
+	limits        Limits
+	shutdown      time.Duration
+	metrics       *telemetry.Metrics
+	log           *slog.Logger
 }
 
 // New opens the data directory and builds the proxy: CA, stores, policy,
@@ -234,7 +242,7 @@ func New(ctx context.Context, c Config) (_ *Server, err error) {
 		s.retention = &recstore.Retention{Store: s.recordings, Keep: c.RecordingRetention, Every: c.RecordingRetentionEvery,
 			Audit: s.Audit, Logger: log.With("component", "recordings")}
 	}
-	if err := s.openLocks(ctx, proxyID); err != nil {
+	if err := s.openLocks(ctx, c, proxyID); err != nil {
 		return nil, err
 	}
 	if err := s.openIdentity(ctx, c); err != nil {
@@ -285,7 +293,7 @@ func (s *Server) openStores(ctx context.Context, c Config) error {
 
 // openLocks opens the lock store, loads the locks in force, and starts the
 // session registry that ends a locked user's streams.
-func (s *Server) openLocks(ctx context.Context, proxyID string) error {
+func (s *Server) openLocks(ctx context.Context, c Config, proxyID string) error {
 	ldb, err := s.store.Locks(ctx)
 	if err != nil {
 		return fmt.Errorf("lock store: %w", err)
@@ -296,6 +304,13 @@ func (s *Server) openLocks(ctx context.Context, proxyID string) error {
 		return fmt.Errorf("lock store: %w", err)
 	}
 	s.LockSet.Replace(all)
+	s.LockSet.Guard(cmp.Or(c.LockStaleAfter, locks.DefaultStaleAfter), cmp.Or(c.LockMode, locks.ModeStrict))
+	s.readyCheck("locks", func(context.Context) error {
+		if s.LockSet.Mode() == locks.ModeBestEffort {
+			return nil
+		}
+		return s.LockSet.Stale(time.Now())
+	})
 	// The worker reports each session's one session.end; the proxy's end
 	// reason joins it there (Kube.SessionEvent).
 	// Every registered session is recorded in the directory too, so that
@@ -438,7 +453,27 @@ func (s *Server) syncLocks(ctx context.Context) {
 			if err := s.admin.SyncLocks(ctx); err != nil && ctx.Err() == nil {
 				s.log.Error("lock store unreadable; locks in force unchanged", "err", err)
 			}
+			s.checkLockView()
 		}
+	}
+}
+
+// checkLockView acts when the lock view turns stale or fresh again: in
+// strict mode a stale view refuses every request (locks.Set.Check) and
+// here ends every stream, since a lock set through another proxy may not
+// have reached this one; in best-effort mode the proxy only says so.
+func (s *Server) checkLockView() {
+	err := s.LockSet.Stale(time.Now())
+	was := s.lockViewStale
+	s.lockViewStale = err != nil
+	switch {
+	case err == nil && was:
+		s.log.Info("lock view confirmed again; serving")
+	case err != nil && !was && s.LockSet.Mode() == locks.ModeBestEffort:
+		s.log.Warn("lock view stale; serving on the last one (lock-mode best-effort): a lock set through another proxy may not be in force here", "err", err)
+	case err != nil && !was:
+		n := s.Sessions.EndAll(sessions.ReasonLockViewStale)
+		s.log.Error("lock view stale: refusing requests and ending streams (lock-mode strict)", "streams_ended", n, "err", err)
 	}
 }
 

@@ -285,3 +285,69 @@ func TestKillReachesTheOtherProxy(t *testing.T) {
 		t.Fatalf("session.kill events %+v %v, want one by root naming proxy B", evs, err)
 	}
 }
+
+// TestStaleLockViewFailsClosed: a proxy whose database stops answering
+// cannot confirm its locks. Past --lock-stale-after, in strict mode, it
+// ends its open streams (reason lock_view_stale), refuses requests with
+// 503 and a message naming the key, and reports not ready; in best-effort
+// mode the stream lives on and readiness does not fail on the locks. Once
+// the database is back, the strict proxy serves again by itself.
+func TestStaleLockViewFailsClosed(t *testing.T) {
+	const staleAfter = 2 * time.Second
+	srv := pgtest.Start(t)
+	ctx := context.Background()
+	honest := map[string]func(*hostileStream){"honest": func(s *hostileStream) { s.reply(s.honest()) }}
+	onDB := func(mode locks.Mode) func(*proxy.Config) {
+		url := srv.Database(t)
+		return func(c *proxy.Config) {
+			b, err := postgres.Open(ctx, postgres.Config{URL: url})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.Store, c.LockStaleAfter, c.LockMode = b, staleAfter, mode
+		}
+	}
+	strict, lax := startHostile(t, honest, onDB(locks.ModeStrict)), startHostile(t, honest, onDB(locks.ModeBestEffort))
+	open := func(e *hostileEnv, id string) *sessions.Live {
+		l, err := e.proxy.Sessions.Register(ctx, sessions.Session{ID: id, Principal: alice, Cluster: testCluster, Kind: sessions.KindWatch})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	strictWatch, laxWatch := open(strict, strings.Repeat("a1", 16)), open(lax, strings.Repeat("b2", 16))
+
+	srv.Stop()
+	stopped := time.Now()
+	select {
+	case <-strictWatch.Done():
+	case <-time.After(staleAfter + 5*adminapi.LockSyncInterval):
+		t.Fatalf("the strict proxy's stream is still open %s after the database stopped", time.Since(stopped))
+	}
+	t.Logf("strict: the stream ended %s after the database stopped (lock-stale-after %s)", time.Since(stopped).Round(time.Millisecond), staleAfter)
+	if e := strictWatch.Ended(); e.Reason != sessions.ReasonLockViewStale {
+		t.Fatalf("stream ended %+v, want reason lock_view_stale", e)
+	}
+	code, body, err := strict.get(ctx, "honest", "")
+	if err != nil || code != http.StatusServiceUnavailable || !strings.Contains(body, "lock-stale-after") || strings.Contains(body, "forged") {
+		t.Fatalf("strict, stale: %d %q %v, want 503 naming lock-stale-after", code, body, err)
+	}
+	if failed := strings.Join(strict.proxy.Ready(ctx), "\n"); !strings.Contains(failed, "locks: ") {
+		t.Fatalf("strict, stale: readiness failures %q, want the locks named", failed)
+	}
+	if e := laxWatch.Ended(); e != nil {
+		t.Fatalf("best-effort: the stream ended: %+v", e)
+	}
+	if failed := strings.Join(lax.proxy.Ready(ctx), "\n"); strings.Contains(failed, "locks: ") {
+		t.Fatalf("best-effort: readiness fails on the locks: %q", failed)
+	}
+	laxWatch.End(sessions.ReasonClientClosed)
+
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the strict proxy to serve again", func() bool {
+		code, _, err := strict.get(ctx, "honest", "")
+		return err == nil && code == http.StatusOK
+	})
+}

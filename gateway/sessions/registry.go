@@ -321,6 +321,25 @@ func (r *Registry) ended(l *Live, info Info) {
 // there was one.
 func (r *Registry) Kill(id string) bool { return r.endLive(id, ReasonKilled) }
 
+// EndAll ends every live session from outside with reason, and returns
+// how many it ended: a proxy that can no longer vouch for its streams
+// (its lock view is stale) ends them all.
+func (r *Registry) EndAll(reason Reason) int {
+	r.mu.Lock()
+	live := make([]*Live, 0, len(r.live))
+	for _, l := range r.live {
+		live = append(live, l)
+	}
+	r.mu.Unlock()
+	n := 0
+	for _, l := range live {
+		if l.end(&Ended{Reason: reason}) {
+			n++
+		}
+	}
+	return n
+}
+
 // endLive ends the live session id from outside, with reason; it reports
 // whether there was one.
 func (r *Registry) endLive(id string, reason Reason) bool {

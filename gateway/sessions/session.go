@@ -177,7 +177,7 @@ func (i Info) CompleteEnd(end *audit.Session) {
 // outside reports whether r ends a session from outside its stream.
 func (r Reason) outside() bool {
 	switch r {
-	case ReasonLocked, ReasonKilled, ReasonExpired, ReasonShutdown:
+	case ReasonLocked, ReasonKilled, ReasonExpired, ReasonShutdown, ReasonLockViewStale:
 		return true
 	}
 	return false

@@ -153,7 +153,7 @@ func (a *API) admit(w http.ResponseWriter, r *http.Request, what string) (identi
 	}
 	if err := a.Locks.Check(p, a.Now()); err != nil {
 		a.Deny(r, p, audit.ActionAdmin, what+": locked: "+err.Error(), nil)
-		WriteError(w, http.StatusForbidden, err.Error())
+		WriteError(w, locks.HTTPStatus(err), err.Error())
 		return identity.Principal{}, false
 	}
 	return p, true
