@@ -258,8 +258,8 @@ func (h *Handler) botOIDCLogin(w http.ResponseWriter, r *http.Request) {
 		refuse(http.StatusUnauthorized, "the token has no jti (a string token id), so its reuse could not be refused")
 		return
 	}
-	if err := h.cfg.Replay.Use(ci.Name+"\x00"+jti, tok.Expiry, h.api.Now()); errors.Is(err, bots.ErrReplayFull) {
-		h.api.Logger.Error("bot oidc login: replay cache full", "bot", b.Name, "issuer", ci.Name)
+	if err := h.cfg.Replay.Use(ci.Name+"\x00"+jti, tok.Expiry, h.api.Now()); errors.Is(err, bots.ErrReplayFull) || errors.Is(err, bots.ErrReplayUnknown) {
+		h.api.Logger.Error("bot oidc login: replay check failed", "bot", b.Name, "issuer", ci.Name, "err", err)
 		refuse(http.StatusServiceUnavailable, err.Error())
 		return
 	} else if err != nil {

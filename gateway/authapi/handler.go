@@ -78,7 +78,7 @@ type Config struct {
 	BotPolicy BotPolicy
 	// Replay remembers the CI tokens that logged in, so that none logs in
 	// twice; nil is a bots.NewReplayCache of the default size.
-	Replay *bots.ReplayCache
+	Replay bots.Replays
 }
 
 // Handler serves the identity API. Mount it at "/v1/".

@@ -1,12 +1,16 @@
 package bots
 
 import (
+	"cmp"
 	"container/heap"
+	"context"
 	"errors"
 	"fmt"
 	"net/url"
 	"sync"
 	"time"
+
+	"github.com/limenhq/limen/gateway/store"
 )
 
 // CIKind is which CI system a trusted CI issuer is. Policy decides with it
@@ -62,13 +66,50 @@ var (
 	ErrReplayFull = errors.New("too many CI token logins within their lifetime: try again when some have expired")
 )
 
+// Replays is what a keyless login asks so that a CI token logs in once: a
+// ReplayCache (one proxy's memory) or SharedReplays (every proxy on one
+// database). Use returns ErrReplayed for a token seen before.
+type Replays interface {
+	Use(key string, expiry, now time.Time) error
+}
+
+// ErrReplayUnknown means the shared ledger could not be asked, so the
+// login is refused: a token whose reuse cannot be ruled out gets nothing.
+var ErrReplayUnknown = errors.New("could not check that this CI token was not used before (the database did not answer): try again shortly")
+
+// SharedReplays is Replays over the store's ledger, shared by every proxy
+// of the deployment: a token used at one proxy is refused at all.
+type SharedReplays struct {
+	Ledger store.ReplayLedger
+	// Timeout bounds one check (0: 5s).
+	Timeout time.Duration
+}
+
+// Use records key until expiry, or refuses it as a replay; a ledger that
+// does not answer refuses the login (ErrReplayUnknown).
+func (r SharedReplays) Use(key string, expiry, now time.Time) error {
+	if !expiry.After(now) {
+		return nil // expired already: the verifier refuses it anyway
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cmp.Or(r.Timeout, 5*time.Second))
+	defer cancel()
+	fresh, err := r.Ledger.UseOnce(ctx, key, expiry.UnixNano(), now.UnixNano())
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrReplayUnknown, err)
+	}
+	if !fresh {
+		return ErrReplayed
+	}
+	return nil
+}
+
 // ReplayCache remembers the ids (jti) of the CI tokens that logged in until
 // each token expires, so that a copy of a token (from a CI log, a
 // compromised step) cannot log in again while the token lives. Memory is
 // bounded: at most max live ids, each a few dozen bytes; when that many are
 // live, logins are refused (ErrReplayFull), never a live id forgotten. It
-// is one proxy's memory: with several proxies a token could be used once at
-// each. Safe for concurrent use.
+// is one proxy's memory: several proxies on one database use SharedReplays
+// instead. Safe for concurrent use.
 type ReplayCache struct {
 	mu   sync.Mutex
 	max  int

@@ -414,7 +414,7 @@ func (s *Server) mountAPIs(c Config) error {
 		Clusters: configuredClusters{engine: s.Policy, names: c.Clusters, labels: c.ClusterLabels}, Workers: s.Tunnel,
 		Audit: s.Denials, Locks: s.LockSet, Now: c.Now, Logger: s.log, ClientRegistry: clientRegistry{s.Policy},
 		OnLogin: func(result string) { c.Metrics.Login(context.Background(), "password", result) },
-		OIDC:    s.OIDC, Bots: s.Bots, CI: s.ci, BotPolicy: s.Policy})
+		OIDC:    s.OIDC, Bots: s.Bots, CI: s.ci, BotPolicy: s.Policy, Replay: s.replays()})
 	if err != nil {
 		return err
 	}
@@ -437,6 +437,16 @@ func (s *Server) mountAPIs(c Config) error {
 	admin.Register(s.Mux)
 	s.admin = admin
 	return nil
+}
+
+// replays is where keyless logins remember the CI tokens used: the shared
+// database's ledger when there is one, so that a token logs in once in the
+// whole deployment; this proxy's memory otherwise.
+func (s *Server) replays() bots.Replays {
+	if l, ok := s.store.(store.ReplayLedger); ok {
+		return bots.SharedReplays{Ledger: l}
+	}
+	return bots.NewReplayCache(0)
 }
 
 // syncLocks picks up, every adminapi.LockSyncInterval, the lock changes

@@ -378,3 +378,13 @@ type PeerDirectory interface {
 	// the database's clock, so that proxies whose clocks differ agree.
 	Live(ctx context.Context, ttl time.Duration) ([]PeerRecord, error)
 }
+
+// ReplayLedger remembers single-use token ids for every proxy sharing the
+// store, so that a CI token logs in once in the whole deployment, not once
+// at each proxy. Optional, like PeerDirectory: the embedded engine's one
+// proxy keeps them in memory (gateway/bots.ReplayCache).
+type ReplayLedger interface {
+	// UseOnce records key until expiresNS and reports true, unless key is
+	// recorded already and not expired at nowNS (false: a replay).
+	UseOnce(ctx context.Context, key string, expiresNS, nowNS int64) (bool, error)
+}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/limenhq/limen/gateway/audit"
+	"github.com/limenhq/limen/gateway/bots"
 	"github.com/limenhq/limen/gateway/identity"
 	"github.com/limenhq/limen/gateway/store"
 	"github.com/limenhq/limen/gateway/store/postgres"
@@ -65,6 +66,7 @@ func TestPostgres(t *testing.T) {
 		b.Close()
 	})
 	t.Run("KillIsAnnounced", func(t *testing.T) { testKillAnnounced(t, open(t, srv.Database(t))) })
+	t.Run("ReplayLedger", func(t *testing.T) { testReplayLedger(t, srv.Database(t), open) })
 	// Last: it stops the server and starts it again.
 	t.Run("AuditFailsClosedWhileDown", func(t *testing.T) { testAuditDown(t, srv, open(t, srv.Database(t))) })
 }
@@ -203,5 +205,43 @@ func testKillAnnounced(t *testing.T, b *postgres.Backend) {
 		}
 	case <-ctx.Done():
 		t.Fatal("the kill request was not announced")
+	}
+}
+
+// testReplayLedger: a CI token's id is used once across proxies (two
+// Backends on one database, as two proxies are), until it expires; keys
+// with NUL bytes (issuer NUL jti) are fine; SharedReplays maps a replay to
+// bots.ErrReplayed and a database that does not answer to
+// bots.ErrReplayUnknown.
+func testReplayLedger(t *testing.T, url string, open func(*testing.T, string) *postgres.Backend) {
+	a, b := open(t, url), open(t, url)
+	defer a.Close()
+	defer b.Close()
+	ctx := context.Background()
+	key, now := "github\x00jti-1", time.Now()
+	use := func(be *postgres.Backend, at time.Time) bool {
+		t.Helper()
+		fresh, err := be.UseOnce(ctx, key, at.Add(time.Minute).UnixNano(), at.UnixNano())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fresh
+	}
+	if !use(a, now) {
+		t.Fatal("first use refused")
+	}
+	if use(b, now.Add(time.Second)) || use(a, now.Add(time.Second)) {
+		t.Fatal("a second use, at the other proxy or the same, was accepted")
+	}
+	if !use(b, now.Add(2*time.Minute)) {
+		t.Fatal("use after expiry refused")
+	}
+	shared := bots.SharedReplays{Ledger: a}
+	if err := shared.Use(key, now.Add(3*time.Minute), now.Add(2*time.Minute)); !errors.Is(err, bots.ErrReplayed) {
+		t.Fatalf("replay through SharedReplays: %v, want ErrReplayed", err)
+	}
+	a.Close()
+	if err := shared.Use("github\x00jti-2", now.Add(time.Minute), now); !errors.Is(err, bots.ErrReplayUnknown) {
+		t.Fatalf("with the ledger closed: %v, want ErrReplayUnknown", err)
 	}
 }
