@@ -20,6 +20,7 @@ import (
 	"github.com/limenhq/limen/gateway/audit"
 	"github.com/limenhq/limen/gateway/auditexport"
 	"github.com/limenhq/limen/gateway/proxy"
+	"github.com/limenhq/limen/gateway/store"
 )
 
 // auditExportConfig is the proxy's audit export and retention
@@ -118,9 +119,19 @@ func (c auditExportConfig) sinks() []auditexport.Sink {
 // store, and registers the exports' lag gauges on meter. The returned stop
 // ends them and waits: call it before the store closes.
 func startAuditExport(ctx context.Context, c auditExportConfig, s *proxy.Server, dataDir string, meter metric.Meter, log *slog.Logger) (func(), error) {
+	// With a shared database, each receiver is fed by one proxy at a time
+	// (a lease), from a cursor in the database: no receiver gets every
+	// event once per proxy, and the export moves on when its proxy dies.
+	leases, shared := s.Store().(store.Leases)
+	cursors, ok := s.Store().(store.ExportCursors)
+	shared = shared && ok
+	opts := auditexport.Options{DataDir: dataDir, MaxBackoff: c.MaxBackoff, Logger: log}
+	if shared {
+		opts.Cursors = auditexport.StoreCursors{Store: cursors}
+	}
 	var xs []*auditexport.Exporter
 	for _, sink := range c.sinks() {
-		x, err := auditexport.New(s.Audit, sink, auditexport.Options{DataDir: dataDir, MaxBackoff: c.MaxBackoff, Logger: log})
+		x, err := auditexport.New(s.Audit, sink, opts)
 		if err != nil {
 			return nil, err
 		}
@@ -132,7 +143,18 @@ func startAuditExport(ctx context.Context, c auditExportConfig, s *proxy.Server,
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	for _, x := range xs {
-		wg.Go(func() { x.Run(ctx) })
+		if !shared {
+			wg.Go(func() { x.Run(ctx) })
+			continue
+		}
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				_ = leases.Hold(ctx, "audit-export/"+x.Name(), func(ctx context.Context) {
+					log.Info("audit export: this proxy holds the export's lease", "sink", x.Name())
+					x.Run(ctx)
+				})
+			}
+		})
 	}
 	if c.Retention > 0 {
 		r := &auditexport.Retention{Store: s.Audit, Audit: s.Audit, Keep: c.Retention, Exports: xs,

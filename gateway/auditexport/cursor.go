@@ -2,6 +2,7 @@ package auditexport
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -9,8 +10,48 @@ import (
 	"path/filepath"
 
 	"encoding/json"
+
 	"github.com/limenhq/limen/gateway/internal/strictjson"
+	"github.com/limenhq/limen/gateway/store"
 )
+
+// Cursors keeps each sink's cursor: FileCursors in one proxy's data
+// directory, or StoreCursors in the database several proxies share (one of
+// them exports at a time, under a lease; the next resumes where it
+// stopped).
+type Cursors interface {
+	Read(ctx context.Context, sink string) (int64, error)
+	Write(ctx context.Context, sink string, seq int64) error
+}
+
+// FileCursors are cursor files in DataDir (CursorPath).
+type FileCursors struct{ DataDir string }
+
+func (c FileCursors) Read(_ context.Context, sink string) (int64, error) {
+	return ReadCursor(CursorPath(c.DataDir, sink))
+}
+
+func (c FileCursors) Write(_ context.Context, sink string, seq int64) error {
+	return WriteCursor(CursorPath(c.DataDir, sink), seq)
+}
+
+// StoreCursors are the shared store's cursors.
+type StoreCursors struct{ Store store.ExportCursors }
+
+func (c StoreCursors) Read(ctx context.Context, sink string) (int64, error) {
+	seq, err := c.Store.ExportCursor(ctx, sink)
+	if err != nil {
+		return 0, fmt.Errorf("audit export cursor of %s in the database: %w", sink, err)
+	}
+	return seq, nil
+}
+
+func (c StoreCursors) Write(ctx context.Context, sink string, seq int64) error {
+	if err := c.Store.SetExportCursor(ctx, sink, seq); err != nil {
+		return fmt.Errorf("audit export cursor of %s in the database: %w", sink, err)
+	}
+	return nil
+}
 
 // The durable cursor: per sink, the sequence number of the last event the
 // receiver accepted, in a small file beside the audit database

@@ -55,8 +55,10 @@ const (
 // Options tunes an Exporter; zero fields take the defaults.
 type Options struct {
 	// DataDir is the proxy's data directory, where the cursor is kept
-	// (CursorPath).
+	// (CursorPath) unless Cursors is set.
 	DataDir string
+	// Cursors keeps the cursor; nil is FileCursors in DataDir.
+	Cursors Cursors
 	// BatchSize is the most events read, held and delivered at once.
 	BatchSize int
 	// Poll is how often an export that has delivered everything looks for
@@ -70,10 +72,10 @@ type Options struct {
 
 // Exporter delivers the audit trail to one Sink.
 type Exporter struct {
-	src    Source
-	sink   Sink
-	cursor string
-	opts   Options
+	src     Source
+	sink    Sink
+	cursors Cursors
+	opts    Options
 	log    *slog.Logger
 
 	delivered atomic.Int64 // the cursor: last sequence number accepted
@@ -82,8 +84,11 @@ type Exporter struct {
 
 // New builds the export of src to sink and reads its cursor.
 func New(src Source, sink Sink, opts Options) (*Exporter, error) {
-	if opts.DataDir == "" {
-		return nil, errors.New("audit export: DataDir is required (the cursor lives there)")
+	if opts.Cursors == nil {
+		if opts.DataDir == "" {
+			return nil, errors.New("audit export: DataDir or Cursors is required (the cursor lives there)")
+		}
+		opts.Cursors = FileCursors{DataDir: opts.DataDir}
 	}
 	if opts.BatchSize <= 0 {
 		opts.BatchSize = DefaultBatchSize
@@ -100,14 +105,23 @@ func New(src Source, sink Sink, opts Options) (*Exporter, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	x := &Exporter{src: src, sink: sink, cursor: CursorPath(opts.DataDir, sink.Name()), opts: opts,
+	x := &Exporter{src: src, sink: sink, cursors: opts.Cursors, opts: opts,
 		log: opts.Logger.With("component", "audit-export", "sink", sink.Name())}
-	seq, err := ReadCursor(x.cursor)
-	if err != nil {
+	if err := x.load(context.Background()); err != nil {
 		return nil, err
 	}
-	x.delivered.Store(seq)
 	return x, nil
+}
+
+// load reads the cursor; Run reads it again, since with shared cursors
+// another proxy may have exported since.
+func (x *Exporter) load(ctx context.Context) error {
+	seq, err := x.cursors.Read(ctx, x.sink.Name())
+	if err != nil {
+		return err
+	}
+	x.delivered.Store(max(seq, x.delivered.Load()))
+	return nil
 }
 
 // Name is the sink's name.
@@ -122,6 +136,14 @@ func (x *Exporter) Failures() int64 { return x.failures.Load() }
 
 // Run delivers until ctx ends.
 func (x *Exporter) Run(ctx context.Context) {
+	for ctx.Err() == nil {
+		err := x.load(ctx)
+		if err == nil {
+			break
+		}
+		x.log.Error("audit export: cannot read the cursor; retrying", "err", err)
+		sleep(ctx, x.opts.MinBackoff)
+	}
 	x.log.Info("audit export started", "after_seq", x.Delivered())
 	backoff := x.opts.MinBackoff
 	for ctx.Err() == nil {
@@ -182,7 +204,7 @@ func (x *Exporter) step(ctx context.Context) (int, error) {
 		}
 	}
 	x.delivered.Store(last)
-	if err := WriteCursor(x.cursor, last); err != nil {
+	if err := x.cursors.Write(ctx, x.sink.Name(), last); err != nil {
 		// Delivered all the same: a restart before the next good write
 		// delivers these again, which at least once allows.
 		x.log.Error("audit export: cursor not saved; a restart will deliver again", "err", err)

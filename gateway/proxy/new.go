@@ -521,6 +521,10 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	return p.Serve(ctx, ln)
 }
 
+// Store is the proxy's store backend (SQLite files, or the shared
+// database), for what runs beside the proxy (the audit export's leases).
+func (s *Server) Store() store.Backend { return s.store }
+
 // Close releases the stores; call it after Serve returned.
 func (s *Server) Close() {
 	if s.Users != nil {

@@ -388,3 +388,25 @@ type ReplayLedger interface {
 	// recorded already and not expired at nowNS (false: a replay).
 	UseOnce(ctx context.Context, key string, expiresNS, nowNS int64) (bool, error)
 }
+
+// Leases let one proxy of many hold a named job, so that the job runs once
+// in the deployment and moves to another proxy when its holder dies (the
+// audit export to one receiver). Optional: one proxy alone needs none.
+type Leases interface {
+	// Hold waits until this process holds lease name, or ctx ends (its
+	// error), then runs fn with a context that ends when the lease is lost
+	// (the holder's connection to the store broke) or ctx ends, and
+	// releases the lease when fn returns.
+	Hold(ctx context.Context, name string, fn func(ctx context.Context)) error
+}
+
+// ExportCursors keeps the audit export's cursors (the sequence number of
+// the last event each receiver accepted) in the store, so that whichever
+// proxy holds the export's lease resumes where the last holder stopped.
+// Optional, with Leases.
+type ExportCursors interface {
+	// ExportCursor returns sink's cursor; 0 when none is stored.
+	ExportCursor(ctx context.Context, sink string) (int64, error)
+	// SetExportCursor stores sink's cursor; it never moves back.
+	SetExportCursor(ctx context.Context, sink string, seq int64) error
+}

@@ -132,6 +132,7 @@ var domains = []struct {
 	{"sessions", sessionsMigrations},
 	{"peers", peersMigrations},
 	{"replays", replaysMigrations},
+	{"export", exportMigrations},
 }
 
 // migrate applies the missing migrations of every domain while holding

@@ -67,6 +67,7 @@ func TestPostgres(t *testing.T) {
 	})
 	t.Run("KillIsAnnounced", func(t *testing.T) { testKillAnnounced(t, open(t, srv.Database(t))) })
 	t.Run("ReplayLedger", func(t *testing.T) { testReplayLedger(t, srv.Database(t), open) })
+	t.Run("LeaseMovesWhenItsHolderDies", func(t *testing.T) { testLease(t, srv, open) })
 	// Last: it stops the server and starts it again.
 	t.Run("AuditFailsClosedWhileDown", func(t *testing.T) { testAuditDown(t, srv, open(t, srv.Database(t))) })
 }
@@ -243,5 +244,64 @@ func testReplayLedger(t *testing.T, url string, open func(*testing.T, string) *p
 	a.Close()
 	if err := shared.Use("github\x00jti-2", now.Add(time.Minute), now); !errors.Is(err, bots.ErrReplayUnknown) {
 		t.Fatalf("with the ledger closed: %v, want ErrReplayUnknown", err)
+	}
+}
+
+// testLease: two proxies want one lease; one holds it, the other waits.
+// When the holder's connection is cut (as when its process dies), its job
+// is told (its context ends) and the other proxy takes the lease over. The
+// export cursor in the database never moves back.
+func testLease(t *testing.T, srv *pgtest.Server, open func(*testing.T, string) *postgres.Backend) {
+	url := srv.Database(t)
+	a, b := open(t, url), open(t, url)
+	defer a.Close()
+	defer b.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	held := make(chan string, 2)
+	lost := make(chan string, 2)
+	job := func(who string) func(context.Context) {
+		return func(ctx context.Context) {
+			held <- who
+			<-ctx.Done()
+			lost <- who
+		}
+	}
+	go func() { _ = a.Hold(ctx, "audit-export/webhook", job("a")) }()
+	if who := <-held; who != "a" {
+		t.Fatalf("first holder %s", who)
+	}
+	go func() { _ = b.Hold(ctx, "audit-export/webhook", job("b")) }()
+	select {
+	case who := <-held:
+		t.Fatalf("%s holds the lease while a does", who)
+	case <-time.After(5 * time.Second):
+	}
+	db := url[strings.LastIndex(url, "/")+1 : strings.Index(url, "?")]
+	srv.SQL(t, db, "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND granted")
+	select {
+	case who := <-lost:
+		if who != "a" {
+			t.Fatalf("%s was told it lost the lease", who)
+		}
+	case <-ctx.Done():
+		t.Fatal("the holder whose connection was cut was never told")
+	}
+	select {
+	case who := <-held:
+		if who != "b" {
+			t.Fatalf("%s took the lease over", who)
+		}
+	case <-ctx.Done():
+		t.Fatal("the waiting proxy never took the lease over")
+	}
+	if err := a.SetExportCursor(ctx, "webhook", 40); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.SetExportCursor(ctx, "webhook", 30); err != nil {
+		t.Fatal(err)
+	}
+	if seq, err := b.ExportCursor(ctx, "webhook"); err != nil || seq != 40 {
+		t.Fatalf("cursor %d %v, want 40 (it never moves back)", seq, err)
 	}
 }
