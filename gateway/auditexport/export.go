@@ -76,7 +76,7 @@ type Exporter struct {
 	sink    Sink
 	cursors Cursors
 	opts    Options
-	log    *slog.Logger
+	log     *slog.Logger
 
 	delivered atomic.Int64 // the cursor: last sequence number accepted
 	failures  atomic.Int64 // failed deliveries since start
