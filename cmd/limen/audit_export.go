@@ -165,9 +165,10 @@ func startAuditExport(ctx context.Context, c auditExportConfig, s *proxy.Server,
 }
 
 // auditExportStatus prints, for limen proxy status, the oldest event kept
-// and each export's cursor and lag (from the cursor files in dataDir, so
-// that it needs none of the proxy's flags).
-func auditExportStatus(ctx context.Context, out io.Writer, st *audit.Store, dataDir string) error {
+// and each export's cursor and lag: from the cursor files in dataDir, so
+// that it needs none of the proxy's flags, or from the database when the
+// proxies share one (shared is then its cursors).
+func auditExportStatus(ctx context.Context, out io.Writer, st *audit.Store, dataDir string, shared store.ExportCursors) error {
 	sp, err := st.Span(ctx)
 	if err != nil {
 		return err
@@ -177,20 +178,37 @@ func auditExportStatus(ctx context.Context, out io.Writer, st *audit.Store, data
 	} else {
 		fmt.Fprintf(out, "  oldest event kept: %s (%s ago)\n", sp.Oldest.UTC().Format(time.RFC3339), time.Since(sp.Oldest).Round(time.Second))
 	}
-	paths, _ := filepath.Glob(filepath.Join(auditexport.CursorDir(dataDir), "*.cursor"))
-	sort.Strings(paths)
-	for _, p := range paths {
-		name := strings.TrimSuffix(filepath.Base(p), ".cursor")
-		seq, err := auditexport.ReadCursor(p)
+	type cursor struct {
+		name string
+		read func() (int64, error)
+	}
+	var cursors []cursor
+	if shared != nil {
+		for _, name := range []string{auditexport.NewFile("").Name(), (&auditexport.Webhook{}).Name()} {
+			c := auditexport.StoreCursors{Store: shared}
+			cursors = append(cursors, cursor{name, func() (int64, error) { return c.Read(ctx, name) }})
+		}
+	} else {
+		paths, _ := filepath.Glob(filepath.Join(auditexport.CursorDir(dataDir), "*.cursor"))
+		sort.Strings(paths)
+		for _, p := range paths {
+			cursors = append(cursors, cursor{strings.TrimSuffix(filepath.Base(p), ".cursor"), func() (int64, error) { return auditexport.ReadCursor(p) }})
+		}
+	}
+	for _, c := range cursors {
+		seq, err := c.read()
 		if err != nil {
-			fmt.Fprintf(out, "Audit export %s: %v\n", name, err)
+			fmt.Fprintf(out, "Audit export %s: %v\n", c.name, err)
 			continue
+		}
+		if shared != nil && seq == 0 {
+			continue // never exported to this kind of receiver
 		}
 		lag, err := auditexport.LagOf(ctx, st, seq)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(out, "Audit export %s: delivered through event %d, %d behind", name, seq, lag.Events)
+		fmt.Fprintf(out, "Audit export %s: delivered through event %d, %d behind", c.name, seq, lag.Events)
 		if !lag.Oldest.IsZero() {
 			fmt.Fprintf(out, ", oldest waiting since %s (%s)", lag.Oldest.UTC().Format(time.RFC3339), time.Since(lag.Oldest).Round(time.Second))
 		}

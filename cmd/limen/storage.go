@@ -19,6 +19,7 @@ import (
 	"github.com/limenhq/limen/gateway/bytesize"
 	"github.com/limenhq/limen/gateway/recording"
 	"github.com/limenhq/limen/gateway/recstore"
+	"github.com/limenhq/limen/gateway/store"
 	"github.com/limenhq/limen/gateway/worker"
 )
 
@@ -179,7 +180,8 @@ func proxyStatusDB(ctx context.Context, out io.Writer, dbc databaseConfig, dir s
 	if err := printAuditUsage(ctx, out, st, db.Location()); err != nil {
 		return err
 	}
-	if err := auditExportStatus(ctx, out, st, dir); err != nil {
+	cursors, _ := b.(store.ExportCursors)
+	if err := auditExportStatus(ctx, out, st, dir, cursors); err != nil {
 		return err
 	}
 	return recordingStoreStatus(ctx, out, dir, limits)
@@ -199,7 +201,7 @@ func proxyStatus(ctx context.Context, out io.Writer, dir string, limits proxySto
 	if err := printAuditUsage(ctx, out, st, audit.Path(dir)); err != nil {
 		return err
 	}
-	if err := auditExportStatus(ctx, out, st, dir); err != nil {
+	if err := auditExportStatus(ctx, out, st, dir, nil); err != nil {
 		return err
 	}
 	return recordingStoreStatus(ctx, out, dir, limits)
