@@ -1,6 +1,7 @@
 package recstore
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -60,8 +61,32 @@ func TestS3Store(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ro.Close()
-	if all, err := ro.List(); err != nil || len(all) != 1 {
+	all, err := ro.List()
+	if err != nil || len(all) != 1 {
 		t.Fatalf("read-only list: %+v %v", all, err)
+	}
+	// Another proxy on the same bucket (its console, limen play) serves
+	// the recording the first one stored, byte for byte.
+	other, err := OpenURL(ctx, srv.URL("recordings"), URLOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	read := func(st *Store) []byte {
+		t.Helper()
+		rc, _, err := st.Open(all[0].ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rc.Close()
+		b, err := io.ReadAll(rc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	if mine, theirs := read(s), read(other); len(mine) == 0 || !bytes.Equal(mine, theirs) {
+		t.Fatalf("the other proxy reads %d bytes of the recording, the one that stored it %d", len(theirs), len(mine))
 	}
 }
 
