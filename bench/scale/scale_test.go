@@ -193,6 +193,7 @@ func TestScaleFigures(t *testing.T) {
 	{
 		rss0, mem0 := rssOf(t, a), inuse(t, a)
 		before := snap(t, ctx, pg)
+		cpu0, _ := bench.CPUTime(a.cmd.Process.Pid)
 		t0 := time.Now()
 		var open []*http.Response
 		for range watches {
@@ -202,6 +203,8 @@ func TestScaleFigures(t *testing.T) {
 			}
 			open = append(open, resp)
 		}
+		opened := time.Since(t0)
+		cpu1, _ := bench.CPUTime(a.cmd.Process.Pid)
 		time.Sleep(5 * time.Second)
 		rss1, mem1 := rssOf(t, a), inuse(t, a)
 		for _, r := range open {
@@ -212,6 +215,8 @@ func TestScaleFigures(t *testing.T) {
 		})
 		d := snap(t, ctx, pg).sub(before).minus(bg, time.Since(t0).Seconds())
 		name := fmt.Sprintf("watch opened, held and closed, %d watches", watches)
+		figs.add(name+": streams opened per second, one after another", "%.0f", float64(watches)/opened.Seconds())
+		figs.add(name+": proxy CPU ms per stream opened", "%.2f", float64((cpu1-cpu0).Microseconds())/1000/float64(watches))
 		figs.add(name+": proxy heap and stacks per idle watch (KiB)", "%.1f", float64(mem1-mem0)/1024/float64(watches))
 		figs.add(name+": proxy RSS per idle watch (KiB)", "%.1f", float64(rss1-rss0)/1024/float64(watches))
 		figs.add(name+": write transactions per stream", "%.2f", d.xacts/float64(watches))
@@ -268,8 +273,10 @@ func TestScaleFigures(t *testing.T) {
 		// And the database's rate with them all connected, idle.
 		checkpoint(t, ctx, pg)
 		b0 := snap(t, ctx, pg)
+		w0 := time.Now()
 		time.Sleep(idle)
 		busy := snap(t, ctx, pg).sub(b0).per(idle.Seconds())
+		t.Logf("idle with %d more tunnels: autovacuum in the window: %s", tunnels, autovacuumSince(t, ctx, pg, w0))
 		name := fmt.Sprintf("%d clusters enrolled, each with its tunnel", tunnels)
 		figs.add(name+": enrollment (token, enroll, connect) per cluster (ms)", "%.1f", float64(enrolled.Milliseconds())/float64(tunnels))
 		figs.add(name+": proxy heap and stacks per worker tunnel (KiB)", "%.1f", float64(mem1-mem0)/1024/float64(tunnels))
@@ -309,16 +316,29 @@ func TestScaleFigures(t *testing.T) {
 		l0 := snap(t, ctx, pg)
 		t1 := time.Now()
 		for i := range userCount {
+			// Each user from an address of its own (the proxy limits login
+			// attempts per address), on a connection of its own, as each
+			// user's limen login is.
 			name := fmt.Sprintf("user%05d", i)
-			if _, err := anon.Login(ctx, authapi.LoginRequest{User: name, Password: "scale-password-" + name, CSR: csr(t, name)}); err != nil {
+			tr := anon.HTTP.Transport.(*http.Transport).Clone()
+			tr.DialContext = (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 1, byte(i/250), byte(1+i%250))}}).DialContext
+			c := *anon
+			c.HTTP = &http.Client{Transport: tr}
+			if _, err := c.Login(ctx, authapi.LoginRequest{User: name, Password: "scale-password-" + name, CSR: csr(t, name)}); err != nil {
 				t.Fatal(err)
 			}
+			tr.CloseIdleConnections()
 		}
 		took := time.Since(t1)
 		cpu1, _ := bench.CPUTime(a.cmd.Process.Pid)
 		logins := snap(t, ctx, pg).sub(l0).minus(bg, time.Since(t1).Seconds())
 		name := fmt.Sprintf("%d users", userCount)
-		figs.add(name+": users table bytes per user", "%.0f", float64(users1-users0)/float64(userCount))
+		var row float64
+		if err := pg.QueryRow(ctx, "SELECT avg(pg_column_size(u.*)) FROM users AS u").Scan(&row); err != nil {
+			t.Fatal(err)
+		}
+		figs.add(name+": users table bytes per user (pages and index)", "%.0f", float64(users1-users0)/float64(userCount))
+		figs.add(name+": users row bytes, average", "%.0f", row)
 		figs.add(name+": audit rows per user added", "%.2f", added.rows/float64(userCount))
 		figs.add(name+": WAL bytes per user added", "%.0f", added.wal/float64(userCount))
 		figs.add(name+": login (password, certificate) time (ms)", "%.1f", float64(took.Microseconds())/1000/float64(userCount))
@@ -452,6 +472,35 @@ func checkpoint(t *testing.T, ctx context.Context, pg *pgx.Conn) {
 			t.Fatalf("%s: %v", q, err)
 		}
 	}
+}
+
+// autovacuumSince names the tables autovacuum or autoanalyze worked on
+// since t0: their writes (ANALYZE stores statistics in a transaction) are
+// the database's own, not the proxies'.
+func autovacuumSince(t *testing.T, ctx context.Context, pg *pgx.Conn, t0 time.Time) string {
+	t.Helper()
+	if _, err := pg.Exec(ctx, "SELECT pg_stat_clear_snapshot()"); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := pg.Query(ctx, `SELECT relname || CASE WHEN last_autovacuum >= $1 THEN ' vacuum' ELSE '' END
+		|| CASE WHEN last_autoanalyze >= $1 THEN ' analyze' ELSE '' END
+		FROM pg_stat_user_tables WHERE last_autovacuum >= $1 OR last_autoanalyze >= $1 ORDER BY relname`, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, s)
+	}
+	if len(out) == 0 {
+		return "none"
+	}
+	return strings.Join(out, ", ")
 }
 
 // loginClient is an API client of proxy p that trusts its CA and presents
