@@ -8,7 +8,7 @@ LDFLAGS := -X github.com/limenhq/limen/gateway/buildinfo.Version=$(VERSION) \
            -X github.com/limenhq/limen/gateway/buildinfo.Commit=$(COMMIT)
 TEST_TIMEOUT ?= 25m
 
-.PHONY: demo help build test unit e2e e2e-constrained compat lint cluster-build cluster-up cluster-down cluster-env opa-test bundle bench bench-quick stress helm image console-player console-player-check
+.PHONY: demo help build test unit e2e e2e-constrained compat lint cluster-build cluster-up cluster-down cluster-env opa-test bundle bench bench-quick scale stress helm image console-player console-player-check
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -124,3 +124,6 @@ bench: ## Limen against direct API server access on the local control plane; wri
 
 bench-quick: ## a short bench run (< 2 min: fewer requests and watches), for regressions; writes bench/RESULTS.md
 	$(GO) run ./bench/cmd/limen-bench -quick -label "make bench-quick" -out bench/RESULTS.md
+
+scale: ## the capacity figures of docs/SCALE.md: two proxies and a worker on a real PostgreSQL, database writes, NOTIFY and lock fan-out, memory per tunnel and watch (~3 min; LIMEN_SCALE_* sizes it)
+	LIMEN_SCALE=1 $(GO) test ./bench/scale/ -run TestScaleFigures -count=1 -v -timeout 30m

@@ -134,21 +134,46 @@ func TestChartSchemaRefuses(t *testing.T) {
 	if errb != "" {
 		t.Logf("helm: %s", errb)
 	}
-	for _, bad := range []struct{ set, key string }{
-		{"worker.rbac.impersonation=both", "impersonation"},
-		{"worker.rbac.groups={system:masters}", "groups"},
-		{"worker.config.kube-token-file=/x", "config"},
-		{"proxy.replicas=2", "replicas"},
-		{"proxy.recordings.retention=90d", "retention"},
-		{"proxy.recordings.store=/var/rec", "store"},
-		{"proxy.audit.retention=forever", "retention"},
-		{"proxy.audit.exportFile=relative.jsonl", "exportFile"},
-		{"proxy.config.audit-webhook-config=/x", "config"},
+	// ha is the three-proxy value set of ci/ with one value changed.
+	ha := func(set string) []string {
+		return []string{"-f", filepath.Join(chartDir(t), "ci", "proxy-ha.yaml"), "--set", set}
+	}
+	one := func(set string) []string { return []string{"--set", set} }
+	for _, bad := range []struct {
+		args []string
+		key  string
+	}{
+		{one("worker.rbac.impersonation=both"), "impersonation"},
+		{one("worker.rbac.groups={system:masters}"), "groups"},
+		{one("worker.config.kube-token-file=/x"), "config"},
+		// Several proxies, each with its own SQLite file, would split users,
+		// locks and the audit trail: without a database, one proxy.
+		{one("proxy.replicas=2"), "/proxy/database"},
+		{ha("proxy.database.existingSecret="), "/proxy/database"},
+		{ha("proxy.persistence.enabled=true"), "/proxy/persistence/enabled"},
+		{ha("proxy.recordings.store="), "/proxy/recordings/store"},
+		{ha("proxy.audit.exportFile=/dev/stdout"), "/proxy/audit/exportFile"},
+		{ha("proxy.keys.existingSecret="), "/proxy/keys/existingSecret"},
+		{one("proxy.database.url=postgres://limen@db.example:5432/limen"), "/proxy/keys/existingSecret"},
+		{one("proxy.database.url=mysql://limen@db.example/limen"), "/proxy/database/url"},
+		{one("proxy.replicas=0"), "/proxy/replicas"},
+		{one("proxy.config.database-url=postgres://limen@db.example:5432/limen"), "/proxy/config"},
+		{one("proxy.config.peer-address=10.0.0.1:8443"), "/proxy/config"},
+		{one("proxy.recordings.retention=90d"), "retention"},
+		{one("proxy.recordings.store=/var/rec"), "store"},
+		{one("proxy.audit.retention=forever"), "retention"},
+		{one("proxy.audit.exportFile=relative.jsonl"), "exportFile"},
+		{one("proxy.config.audit-webhook-config=/x"), "config"},
 	} {
-		_, errb := helmTemplate(t, "limen", true, append(base, "--set", bad.set)...)
+		_, errb := helmTemplate(t, "limen", true, append(append([]string(nil), base...), bad.args...)...)
 		if !strings.Contains(errb, "values don't meet the specifications of the schema") || !strings.Contains(errb, bad.key) {
-			t.Errorf("--set %s: want a schema refusal naming %q, got:\n%s", bad.set, bad.key, errb)
+			t.Errorf("%v: want a schema refusal naming %q, got:\n%s", bad.args, bad.key, errb)
 		}
+	}
+	// With a database, the keys, a bucket and no volume, several proxies
+	// are what the chart serves.
+	for _, replicas := range []string{"2", "3"} {
+		helmTemplate(t, "limen", false, append(append([]string(nil), base...), ha("proxy.replicas="+replicas)...)...)
 	}
 	// What only the templates can check: a worker without its proxy.
 	_, errb = helmTemplate(t, "limen", true, "--set", "worker.cluster=demo", "--set", "worker.joinToken.value=x")

@@ -35,6 +35,7 @@ app.kubernetes.io/component: {{ .component }}
 {{- $p := .Values.proxy -}}
 {{- $cfg := dict "listen" (printf "0.0.0.0:%d" (int $p.port)) "data-dir" "/var/lib/limen" "shutdown-timeout" (printf "%ds" (int $p.shutdownTimeoutSeconds)) -}}
 {{- with $p.clusters }}{{ $_ := set $cfg "clusters" . }}{{ end -}}
+{{- if ($p.keys | default dict).existingSecret }}{{ $_ := set $cfg "ca-dir" "/etc/limen/ca" }}{{ end -}}
 {{- with $p.clusterLabels }}{{ $_ := set $cfg "cluster-label" . }}{{ end -}}
 {{- /* The Service's names, so that in-cluster workers verify the certificate. */ -}}
 {{- $svc := printf "%s-proxy" (include "limen.fullname" .) -}}
