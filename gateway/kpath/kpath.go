@@ -6,7 +6,13 @@
 // Nothing is normalized: a path that has any other spelling of itself is
 // refused (the caller answers 400). The rules, on the escaped form:
 //
-//   - it starts with "/"; the root "/" is the only path with an empty segment;
+//   - it starts with "/"; no segment is empty, but it may end in exactly one
+//     "/" ("/version/", which the clients generated from the API's OpenAPI
+//     document ask for). The API server reads such a path as the path
+//     without it (RequestInfoFactory trims slashes before it splits), and
+//     so do Limen's classifier and scope; it is forwarded and audited as
+//     received, so the path checked, recorded and sent is still one. The
+//     root "/" is the path that is only a slash; "//" anywhere is refused;
 //   - no empty, "." or ".." segment, and no segment ending in "." ("foo.",
 //     "..."): some servers and file systems drop trailing dots, and no
 //     Kubernetes group, version, resource or DNS name ends in one, so such a
@@ -55,13 +61,14 @@ func (p Path) String() string { return p.escaped }
 // holds it and as RequestInfoFactory reads it.
 func (p Path) Decoded() string { return p.decoded }
 
-// Segments returns the decoded segments, without the leading empty one. The
+// Segments returns the decoded segments, without the leading empty one nor
+// the one a trailing slash leaves, as RequestInfoFactory reads them. The
 // root path has none.
 func (p Path) Segments() []string {
 	if p.decoded == "/" {
 		return nil
 	}
-	return strings.Split(p.decoded[1:], "/")
+	return strings.Split(strings.TrimSuffix(p.decoded[1:], "/"), "/")
 }
 
 // SetURL points u at p, setting both Path and RawPath so that u.EscapedPath()
@@ -95,7 +102,9 @@ func check(s string) error {
 	case s == "/":
 		return nil
 	}
-	for i, seg := range strings.Split(s[1:], "/") {
+	// One trailing slash, after a non-empty last segment: the segments
+	// checked are those before it ("//" leaves an empty one, refused).
+	for i, seg := range strings.Split(strings.TrimSuffix(s[1:], "/"), "/") {
 		if err := checkSegment(seg); err != nil {
 			return fmt.Errorf("segment %d: %w", i+1, err)
 		}
@@ -106,7 +115,7 @@ func check(s string) error {
 func checkSegment(seg string) error {
 	switch {
 	case seg == "":
-		return errors.New("empty segment (// or a trailing /)")
+		return errors.New("empty segment (//)")
 	case seg == "." || seg == "..":
 		return fmt.Errorf("dot segment %q", seg)
 	case seg[len(seg)-1] == '.':

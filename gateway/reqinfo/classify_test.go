@@ -34,6 +34,12 @@ func TestClassify(t *testing.T) {
 		{"GET", "/api", Info{Verb: "get"}},
 		{"GET", "/apis/apps/v1", Info{Verb: "get"}},
 		{"GET", "/version", Info{Verb: "get"}},
+		// One trailing slash reads as the path without it, as in the API
+		// server (kpath lets exactly one through).
+		{"GET", "/version/", Info{Verb: "get"}},
+		{"GET", "/api/v1/namespaces/default/pods/", Info{true, "list", "", "v1", "pods", "", "default", ""}},
+		{"GET", "/api/v1/namespaces/default/pods/web/", Info{true, "get", "", "v1", "pods", "", "default", "web"}},
+		{"DELETE", "/api/v1/namespaces/a/pods/", Info{true, "deletecollection", "", "v1", "pods", "", "a", ""}},
 		{"GET", "/", Info{Verb: "get"}},
 		{"POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews", Info{true, "create", "authentication.k8s.io", "v1", "selfsubjectreviews", "", "", ""}},
 	}
