@@ -61,8 +61,18 @@ func newSessionsCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "Killed session %s (%s %s on %s, %s).\n",
-				info.ID, info.Principal, info.Kind, info.Cluster, info.Target)
+			switch {
+			case info.Live():
+				// Another proxy relays it and had not confirmed in time.
+				fmt.Fprintf(cmd.OutOrStdout(), "Asked proxy %s to kill session %s (%s %s on %s, %s); it has not confirmed yet: check with limen sessions ls.\n",
+					info.Proxy, info.ID, info.Principal, info.Kind, info.Cluster, info.Target)
+			case info.Proxy != "":
+				fmt.Fprintf(cmd.OutOrStdout(), "Killed session %s (%s %s on %s, %s) at proxy %s.\n",
+					info.ID, info.Principal, info.Kind, info.Cluster, info.Target, info.Proxy)
+			default:
+				fmt.Fprintf(cmd.OutOrStdout(), "Killed session %s (%s %s on %s, %s).\n",
+					info.ID, info.Principal, info.Kind, info.Cluster, info.Target)
+			}
 			return nil
 		},
 	}
@@ -77,6 +87,9 @@ func printSessions(cmd *cobra.Command, list []sessions.Info) error {
 		state := "live"
 		if !s.Live() {
 			state = fmt.Sprintf("%s after %s", s.Reason, s.End.Sub(s.Start).Round(time.Second))
+		}
+		if s.Proxy != "" {
+			state += " (via " + s.Proxy + ")"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", s.ID, s.Principal, s.Cluster, s.Kind, s.Target,
 			s.Start.Local().Format(time.RFC3339), s.BytesIn, s.BytesOut, state)
