@@ -323,7 +323,7 @@ func (s *teller) recorded(ctx context.Context) error {
 		"sh", "-c", "echo checking the pod; echo uptime: up for a demo; echo done"); err != nil {
 		return err
 	}
-	id, err := s.lastSession(ctx, "exec")
+	id, err := s.lastSession(ctx, "exec", "checking the pod")
 	if err != nil {
 		return err
 	}
@@ -335,9 +335,10 @@ func (s *teller) recorded(ctx context.Context) error {
 	return err
 }
 
-// lastSession is the id of alice's last session of kind, from the audit
-// trail (as an operator finds it: limen audit search --type session.end).
-func (s *teller) lastSession(ctx context.Context, kind string) (string, error) {
+// lastSession is the id of alice's last session of kind whose command
+// says marker, from the audit trail (as an operator finds it: limen audit
+// search --type session.end).
+func (s *teller) lastSession(ctx context.Context, kind, marker string) (string, error) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		out, err := run(ctx, "", nil, s.env.Bin, "audit", "search", "--data-dir", s.env.ProxyDataDir(),
@@ -347,7 +348,7 @@ func (s *teller) lastSession(ctx context.Context, kind string) (string, error) {
 			sc := bufio.NewScanner(strings.NewReader(out))
 			sc.Buffer(nil, 1<<20)
 			for sc.Scan() {
-				if strings.Contains(sc.Text(), `"login":"`+kind+`"`) {
+				if strings.Contains(sc.Text(), `"login":"`+kind+`"`) && strings.Contains(sc.Text(), marker) {
 					id = field(sc.Text(), "session_id")
 				}
 			}
