@@ -13,7 +13,10 @@ TEST_TIMEOUT ?= 25m
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
-demo: cluster-build ## run Limen end to end: control plane, proxy, worker, users, kubectl through Limen
+# make demo: the story of test/demo/story on a fresh control plane, proxy and worker;
+# DEMO_FLAGS=--keep keeps them (and the console) running afterwards until Ctrl-C.
+# make test runs the same story as the e2e TestDemoStory.
+demo: cluster-build ## Limen's story end to end: log in, kubectl through Limen, what may I do, an exec recorded and played back, a watch ended by a lock, the audit trail, the console (DEMO_FLAGS=--keep stays up)
 	$(GO) run ./test/demo $(DEMO_FLAGS)
 
 build: ## build bin/limen

@@ -23,7 +23,12 @@ import (
 func newAuditCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "audit",
-		Short: "Read the audit trail",
+		Short: "Read the audit trail: every request, session, refusal, login and admin change",
+		Long: `Read the audit trail the proxy keeps: one event per Kubernetes request
+(kube.sent before it is forwarded, kube.request with its outcome), per
+stream (session.start, session.end), per refusal (auth.denied), and per
+login and administrative change. To send it to a SIEM, see the proxy's
+--audit-export-file and --audit-webhook-config.`,
 	}
 	cmd.AddCommand(newAuditSearchCmd())
 	return cmd

@@ -26,7 +26,13 @@ claims policy matches to the bot (data.limen.bots.oidc_login).`,
 	add := &cobra.Command{
 		Use:   "add NAME",
 		Short: "Create a bot with traits",
-		Args:  cobra.ExactArgs(1),
+		Long: `Create the bot NAME with the traits policy decides on (--trait KEY=VALUE,
+repeatable). The bot cannot log in until it has a join secret (limen bots
+token) or policy data matches CI tokens to it (keyless). Needs the admin
+action bots.add; a bot with traits is an administrator's matter, since
+traits bind roles.`,
+		Example: `  limen bots add ci-deployer --trait team=release`,
+		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			v, err := loadConfig(cmd)
 			if err != nil {
@@ -51,7 +57,10 @@ claims policy matches to the bot (data.limen.bots.oidc_login).`,
 	rm := &cobra.Command{
 		Use:   "rm NAME",
 		Short: "Remove a bot and all its join secrets",
-		Args:  cobra.ExactArgs(1),
+		Long: `Remove the bot NAME. Its join secrets stop logging it in at once; a
+certificate it already holds stays valid until it expires (lock it with
+limen lock bot:NAME to end that too).`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			v, err := loadConfig(cmd)
 			if err != nil {
@@ -71,7 +80,12 @@ claims policy matches to the bot (data.limen.bots.oidc_login).`,
 	token := &cobra.Command{
 		Use:   "token NAME",
 		Short: "Make a join secret for a bot; it is printed once and stored only hashed",
-		Args:  cobra.ExactArgs(1),
+		Long: `Make a join secret that logs the bot NAME in (limen login --bot NAME
+--token-file FILE). The secret is printed once on standard output, stored
+only as its SHA-256, and audited; it works for --ttl and, with --uses, for
+that many logins (renewals by the kubectl plugin included).`,
+		Example: `  limen bots token ci-deployer --ttl 24h --uses 100 > secret`,
+		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			v, err := loadConfig(cmd)
 			if err != nil {
@@ -106,8 +120,10 @@ claims policy matches to the bot (data.limen.bots.oidc_login).`,
 	token.Flags().Int("uses", 0, "how many logins (renewals included) the secret allows; 0: unlimited until it expires")
 	ls := &cobra.Command{
 		Use:   "ls",
-		Short: "List bots",
-		Args:  cobra.NoArgs,
+		Short: "List bots with their traits",
+		Long: `List every bot with its traits and when it was created (never its
+secrets). Needs the admin action bots.list.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			v, err := loadConfig(cmd)
 			if err != nil {

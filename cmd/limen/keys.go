@@ -16,6 +16,10 @@ func newProxyKeysCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "keys",
 		Short: "Manage the CA and grant-signing keys that several proxies share",
+		Long: `Several proxies on one database must share one CA and one grant-signing
+key, which never go into the database: limen proxy keys init writes them
+into a directory that every proxy mounts as --ca-dir. docs/KEYS.md says how
+to rotate each key.`,
 	}
 	initCmd := &cobra.Command{
 		Use:   "init",

@@ -17,7 +17,15 @@ import (
 func newKubeCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "kube",
-		Short: "Kubernetes access through Limen: list clusters, write kubeconfigs, the kubectl credential plugin",
+		Short: "Kubernetes access through Limen: list clusters, write kubeconfigs, the kubectl credential plugin, what may I do",
+		Long: `Use Kubernetes through Limen after limen login: limen kube ls lists the
+clusters policy lets you reach, limen kube login CLUSTER writes a kubeconfig
+for one of them, limen kube credentials is the kubectl plugin that
+kubeconfig runs, and limen kube access CLUSTER says what you may do there.`,
+		Example: `  limen kube ls
+  export KUBECONFIG=$(limen kube login demo | sed -n 's/^export KUBECONFIG=//p')
+  kubectl get pods
+  limen kube access demo -n default`,
 	}
 	cmd.PersistentFlags().String("proxy", "", "proxy HOST:PORT (default: the last one logged in to)")
 	cmd.AddCommand(newKubeLsCmd(), newKubeLoginCmd(), newKubeCredentialsCmd(), newKubeAccessCmd())
@@ -28,7 +36,10 @@ func newKubeLsCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "ls",
 		Short: "List the clusters policy lets you reach and whether a worker is connected for each",
-		Args:  cobra.NoArgs,
+		Long: `List the clusters the policy gives you groups on, with your certificate,
+and whether a worker for each is connected to the proxy now (without one,
+requests to that cluster get 503).`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			v, err := loadConfig(cmd)
 			if err != nil {

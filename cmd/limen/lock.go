@@ -158,12 +158,17 @@ func newLocksCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "locks",
 		Short: "Show locks on users and bots (admin)",
+		Long: `Show the locks in force: who is locked, why, by whom, since and until
+when. Set and lift them with limen lock and limen unlock.`,
 	}
 	cmd.PersistentFlags().String("proxy", "", "proxy HOST:PORT (default: the last one logged in to)")
 	ls := &cobra.Command{
 		Use:   "ls",
 		Short: "List the locks in force",
-		Args:  cobra.NoArgs,
+		Long: `List the locks in force through the proxy's admin API (the admin action
+locks.list), or, with --local --data-dir DIR on the proxy host, straight
+from the proxy's lock store.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			v, err := loadConfig(cmd)
 			if err != nil {

@@ -10,7 +10,11 @@ func newLogoutCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "logout",
 		Short: "Remove the stored certificate and key for a proxy",
-		Args:  cobra.NoArgs,
+		Long: `Remove the certificate and key limen login stored for the proxy (the last
+one logged in to, or --proxy) from this machine. Nothing is sent to the
+proxy; kubeconfigs written by limen kube login stay and work again after the
+next limen login.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			p, err := commandProfile(cmd)
 			if err != nil {

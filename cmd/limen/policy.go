@@ -40,6 +40,12 @@ func newPolicyEvalCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "eval --principal NAME [--traits K=V]... --cluster NAME [--labels K=V]...",
 		Short: "Print the groups a principal gets on a cluster, and the roles that granted them",
+		Long: `Evaluate the policy for a principal (--principal, --kind, --traits,
+--issuer, --client) on a cluster (--cluster, --labels) and print the groups
+it would be impersonated with and the roles that granted them; --action
+also decides an administrative action. The policy is the embedded default,
+the configured bundle (--policy-bundle-url) or a bundle file (--bundle),
+run by the same engine as the proxy and the worker.`,
 		Example: `  limen policy eval --principal alice --traits groups=dev --cluster demo --labels env=dev
   limen policy eval --principal ci-deployer --kind bot --cluster demo
   limen policy eval --principal bob --cluster demo --bundle bin/limen-bundle.tar.gz \

@@ -65,10 +65,20 @@ type proxyConfig struct {
 func newProxyCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "proxy",
-		Short: "Run the Limen proxy: the CA, the login and enrollment API, and (later) the Kubernetes routes",
+		Short: "Run the Limen proxy: one TLS port for kubectl, the console, logins, the admin API and worker tunnels",
 		Long: `Run the Limen proxy. On first start it creates its CA, TLS certificate and
-grant-signing key in --data-dir and prints the CA fingerprint, which users
-pass to limen login --ca-fingerprint.
+grant-signing key in --data-dir (or reads the shared ones in --ca-dir) and
+prints the CA fingerprint, which users pass to limen login --ca-fingerprint.
+
+On one TLS port (--listen) it serves: the Kubernetes API of every cluster
+whose worker is connected (https://HOST:PORT/k8s/CLUSTER/..., or the server
+name CLUSTER.kube.HOST that limen kube login writes), where it authenticates
+the client certificate, asks the policy for groups, audits the request
+(kube.sent) and sends it with a signed grant through the worker's tunnel;
+logins (password, OIDC, bots), worker enrollment and the admin API under
+/v1/; the web console under /console/; and the tunnels workers dial in on.
+It keeps the users, locks, audit trail and recordings (SQLite files in
+--data-dir, or --database-url and --recording-store).
 
 The first administrator is created on the proxy host, before or while the
 proxy runs, by writing straight to the user store:
@@ -92,7 +102,7 @@ cannot fill the audit store.`,
 	}
 	f := cmd.Flags()
 	f.String("listen", "127.0.0.1:8443", "address to serve HTTPS on")
-	f.String("data-dir", "", "directory for the CA, user store and token store (required)")
+	f.String("data-dir", "", "directory for the proxy's state (required): its CA and keys (unless --ca-dir), and, unless --database-url and --recording-store say otherwise, the users, bots, tokens, locks, audit trail and recordings")
 	f.Duration("user-cert-ttl", ca.DefaultUserCertTTL, fmt.Sprintf("lifetime of user certificates (at most %s)", ca.MaxUserCertTTL))
 	f.Duration("worker-cert-ttl", ca.DefaultWorkerCertTTL, "lifetime of worker certificates")
 	f.String("ca-cert", "", "operator-provided root CA certificate (PEM); default: generated in --data-dir")

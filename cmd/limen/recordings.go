@@ -18,15 +18,18 @@ import (
 func newRecordingsCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "recordings",
-		Short: "List recorded exec and attach sessions (on the proxy host)",
+		Short: "List recorded exec and attach sessions (from the proxy's recording store)",
+		Long: `Read the recordings of exec and attach sessions that the workers uploaded
+to the proxy's recording store. Play one with limen play SESSION.`,
 	}
 	ls := &cobra.Command{
 		Use:   "ls",
-		Short: "List the recordings in the proxy's store (on the proxy host)",
-		Long: `List the exec and attach recordings the workers uploaded, oldest first.
-The store is read directly from --data-dir (the proxy's data directory), so
-this runs on the proxy host, alongside a running proxy. Play one with
-limen play SESSION.`,
+		Short: "List the recordings in the proxy's store (on the proxy host, or anywhere with --recording-store)",
+		Long: `List the exec and attach recordings the workers uploaded, oldest first:
+session, cluster, when it was stored, size and SHA-256. The store is read
+directly: from --data-dir (the proxy's data directory) on the proxy host,
+alongside a running proxy, or from --recording-store (a bucket) wherever
+its credentials are. Play one with limen play SESSION.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			st, err := openRecordingStore(cmd)
@@ -56,7 +59,7 @@ limen play SESSION.`,
 func newPlayCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "play SESSION",
-		Short: "Play a recorded session in the terminal (on the proxy host)",
+		Short: "Play a recorded exec or attach session in the terminal (on the proxy host, or anywhere with --recording-store)",
 		Long: `Play the recording of an exec or attach session with its original timing.
 The recording is read directly from the proxy's store, --data-dir (the
 proxy's data directory, on the proxy host) or --recording-store (a bucket,

@@ -19,8 +19,14 @@ func newRootCmd() *cobra.Command {
 		Long: `Limen lets people and CI jobs use kubectl unchanged against many clusters.
 A proxy authenticates users with short-lived client certificates and asks an
 OPA/Rego policy which Kubernetes groups they may assume; a worker next to each
-cluster re-checks that grant, impersonates, records exec sessions and audits
-every request.
+cluster re-checks that grant, impersonates, records exec and attach sessions
+and audits every request. The proxy also serves a web console.
+
+One binary for every part: limen proxy and limen worker run the two halves;
+limen login, limen kube login and limen status are for people and CI jobs;
+users, bots, tokens, lock, sessions, audit, recordings, play and policy are
+for administrators and operators; limen doctor says what is wrong with a
+setup and what to do.
 
 Configuration comes from flags, LIMEN_* environment variables (LIMEN_DATA_DIR
 for --data-dir, and so on) and an optional YAML file (--config), in that order

@@ -14,13 +14,19 @@ import (
 func newSessionsCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "sessions",
-		Short: "Show and end live sessions: exec, attach, port-forward, watch, logs (admin)",
+		Short: "Show and end live sessions: exec, attach, port-forward, watch, logs, proxy (admin)",
+		Long: `Show the streams open through the proxy, and those that ended recently,
+and end one of them. To end every session of a person and refuse their next
+request, use limen lock instead.`,
 	}
 	cmd.PersistentFlags().String("proxy", "", "proxy HOST:PORT (default: the last one logged in to)")
 	ls := &cobra.Command{
 		Use:   "ls",
 		Short: "List live sessions, then recently ended ones",
-		Args:  cobra.NoArgs,
+		Long: `List the sessions (exec, attach, port-forward, watch, logs -f, proxy) the
+proxy relays: who, on which cluster and pod, since when, the bytes each
+way, and live or how it ended. Needs the admin action sessions.list.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			v, err := loadConfig(cmd)
 			if err != nil {
@@ -44,7 +50,10 @@ func newSessionsCmd() *cobra.Command {
 	kill := &cobra.Command{
 		Use:   "kill ID",
 		Short: "End one session on the proxy and its worker; the user's other sessions go on",
-		Args:  cobra.ExactArgs(1),
+		Long: `End the session ID (from limen sessions ls) on the proxy and on its
+worker, within a second; kubectl prints "session ended: killed by an
+administrator", and its session.end says killed. Needs the admin action session.kill.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			v, err := loadConfig(cmd)
 			if err != nil {

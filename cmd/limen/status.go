@@ -15,7 +15,11 @@ func newStatusCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Show who you are logged in as, your traits, until when, and the clusters you may reach",
-		Args:  cobra.NoArgs,
+		Long: `Show, for the proxy last logged in to (or --proxy), the principal your
+certificate names, where it comes from (local or an identity provider), its
+client, its traits, until when it is valid, and the clusters policy lets
+you reach (asked of the proxy).`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			p, err := commandProfile(cmd)
 			if err != nil {

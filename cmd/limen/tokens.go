@@ -16,12 +16,21 @@ func newTokensCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "tokens",
 		Short: "Manage one-time worker join tokens (admin)",
+		Long: `A join token enrolls one worker for one cluster: limen worker --join-token
+exchanges it for a worker certificate, pinning the proxy CA fingerprint the
+token carries. A token works once and expires after --ttl. Minting one is
+an administrator's matter: a worker receives grants and exec input for its
+cluster.`,
 	}
 	cmd.PersistentFlags().String("proxy", "", "proxy HOST:PORT (default: the last one logged in to)")
 	create := &cobra.Command{
 		Use:   "create",
 		Short: "Create a single-use join token for a cluster's worker; the token is printed once",
-		Args:  cobra.NoArgs,
+		Long: `Create a join token for --cluster, print it once on standard output and,
+on standard error, the limen worker command that uses it. Needs the admin
+action tokens.create; the token is stored only hashed, and audited.`,
+		Example: `  limen tokens create --cluster prod --ttl 15m`,
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			v, err := loadConfig(cmd)
 			if err != nil {
@@ -53,7 +62,9 @@ func newTokensCmd() *cobra.Command {
 	ls := &cobra.Command{
 		Use:   "ls",
 		Short: "List join tokens (never their secrets)",
-		Args:  cobra.NoArgs,
+		Long: `List the join tokens with their cluster, creator, expiry and when each was
+used, if it was.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			v, err := loadConfig(cmd)
 			if err != nil {

@@ -190,8 +190,14 @@ func parseTraits(flags []string) (map[string][]string, error) {
 func newUsersAddCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "add NAME",
-		Short: "Create a local user",
-		Args:  cobra.ExactArgs(1),
+		Short: "Create a local user with a password and traits",
+		Long: `Create the local user NAME with a password (asked for, or the first line
+of standard input with --password-stdin) and the traits policy decides on
+(--trait KEY=VALUE, repeatable). Traits bind roles: under the default policy
+groups=admins makes an administrator.`,
+		Example: `  limen users add alice --trait groups=dev
+  limen users add admin --local --data-dir /var/lib/limen --trait groups=admins --password-stdin < pw`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			b, v, err := openUsers(cmd)
 			if err != nil {
@@ -222,7 +228,10 @@ func newUsersRmCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "rm NAME",
 		Short: "Delete a local user (certificates already issued stay valid until they expire)",
-		Args:  cobra.ExactArgs(1),
+		Long: `Delete the local user NAME: they can no longer log in. A certificate they
+already hold stays valid until it expires; lock them (limen lock NAME) to
+refuse it and end their sessions at once.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			b, _, err := openUsers(cmd)
 			if err != nil {
@@ -242,7 +251,10 @@ func newUsersPasswdCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "passwd NAME",
 		Short: "Set a local user's password",
-		Args:  cobra.ExactArgs(1),
+		Long: `Set the password of the local user NAME (asked for, or the first line of
+standard input with --password-stdin). Changing another user's password is
+taking over their login, so it is an administrator's action (users.passwd).`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			b, v, err := openUsers(cmd)
 			if err != nil {
@@ -267,8 +279,10 @@ func newUsersPasswdCmd() *cobra.Command {
 func newUsersLsCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "ls",
-		Short: "List local users",
-		Args:  cobra.NoArgs,
+		Short: "List local users with their traits",
+		Long: `List the local users with their traits and the day each was created
+(never a password).`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			b, v, err := openUsers(cmd)
 			if err != nil {

@@ -13,7 +13,9 @@ func newVersionCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "version",
 		Short: "Print Limen's version and commit, and the Go and OPA versions it was built with",
-		Args:  cobra.NoArgs,
+		Long: `Print the version and commit this binary was built from, and the Go and
+OPA versions it was built with; --json prints the same as JSON.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			info := buildinfo.Get()
 			if asJSON {

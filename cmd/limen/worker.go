@@ -68,7 +68,7 @@ the extra "` + impersonate.SessionExtraConstrained + `" instead of "` + imperson
 	f.String("proxy", "", "proxy HOST:PORT (required)")
 	f.String("kube-cluster", "", "the cluster this worker serves; must match the token (required)")
 	f.String("join-token", "", "one-time join token, needed only until the worker is enrolled")
-	f.String("data-dir", "", "directory for the worker's identity (required)")
+	f.String("data-dir", "", "directory for the worker's identity, its recording spool and its last good policy bundle (required)")
 	f.Bool("enroll-only", false, "enroll (if needed) and exit without serving")
 	f.String("recording-max-bytes", "1Gi", "cap on one exec or attach recording, in bytes (1073741824, 64Mi, 1Gi…); a session that reaches it is ended")
 	addWorkerSpoolFlag(f)

@@ -10,7 +10,7 @@ import (
 	"github.com/limenhq/limen/gateway/reqinfo"
 )
 
-// coffee is the README's example: one application scoped to its CRD in two
+// coffee is docs/POLICY.md's example: one application scoped to its CRD in two
 // namespaces, and to its pods' logs in one.
 const coffee = `{
   "kubectl": {"unscoped": true},
@@ -236,7 +236,7 @@ func TestParseAbsentRegistersNothing(t *testing.T) {
 	}
 }
 
-// The hot path: one scoped request, matched against the README's list.
+// The hot path: one scoped request, matched against docs/POLICY.md's list.
 func BenchmarkAllows(b *testing.B) {
 	set := mustSet(b, coffee)
 	sc, _ := set.Client("coffee-menu")
