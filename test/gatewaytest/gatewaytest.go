@@ -488,13 +488,20 @@ func (e *Env) WaitWorker(ctx context.Context, connected bool) error {
 // Login logs a demo user in and writes their kubeconfig for the test
 // cluster, returning its path.
 func (e *Env) Login(ctx context.Context, user string) (string, error) {
-	var pw string
-	for _, u := range Users {
-		if u.Name == user {
-			pw = u.Password
+	u := User{Name: user}
+	for _, d := range Users {
+		if d.Name == user {
+			u = d
 		}
 	}
-	if _, err := e.Limen(ctx, user, pw+"\n", "login", "--proxy", e.ProxyAddr, "--user", user,
+	return e.LoginAt(ctx, u, e.ProxyAddr)
+}
+
+// LoginAt logs u in through the proxy (or load balancer) at addr and
+// writes their kubeconfig for the test cluster, whose server is addr.
+func (e *Env) LoginAt(ctx context.Context, u User, addr string) (string, error) {
+	user := u.Name
+	if _, err := e.Limen(ctx, user, u.Password+"\n", "login", "--proxy", addr, "--user", user,
 		"--password-stdin", "--ca-fingerprint", e.Fingerprint); err != nil {
 		return "", err
 	}
