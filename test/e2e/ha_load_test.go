@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -32,6 +33,14 @@ const (
 	haRequestEvery = 50 * time.Millisecond
 	haChunk        = 16 << 10
 )
+
+// haClient is one client-go client with its own connection through the
+// balancer: the test asks HAProxy which proxy that connection goes to.
+type haClient struct {
+	*kubernetes.Clientset
+	local    atomic.Value // string: the local address of its last connection
+	inFlight atomic.Int32
+}
 
 // haReq is one client-go request as its client saw it.
 type haReq struct {
@@ -56,7 +65,7 @@ type haStreamEnd struct {
 
 type haLoad struct {
 	ns      string
-	clients []*kubernetes.Clientset
+	clients []*haClient
 	kubectl string
 	kc      string // alice's kubeconfig, through the balancer
 	pod     string
@@ -118,7 +127,9 @@ func (l *haLoad) get(seq int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	r := haReq{seq: seq, start: time.Now()}
+	c.inFlight.Add(1)
 	err := c.CoreV1().RESTClient().Get().Namespace(l.ns).Resource("configmaps").Name(name).MaxRetries(0).Do(ctx).Error()
+	c.inFlight.Add(-1)
 	r.end = time.Now()
 	var se *apierrors.StatusError
 	switch {

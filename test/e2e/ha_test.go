@@ -28,6 +28,10 @@ import (
 // worker enrolled with and the admin logs in to), c is proxy 2.
 var haBackends = []string{"a", "b", "c"}
 
+// haLoadClients is how many client-go clients share the request load,
+// each on its own connection: HAProxy spreads them over the proxies.
+const haLoadClients = 6
+
 // haLockRuns is how many times a lock through proxy A ends streams on C.
 const haLockRuns = 3
 
@@ -94,45 +98,91 @@ func startHA(t *testing.T) *haEnv {
 	if err := e.AddUser(ctx, carol); err != nil {
 		t.Fatal(err)
 	}
+	// The admin API lists a proxy's own sessions: the admin has a profile
+	// at each proxy, and every admin command here names its proxy.
+	for _, a := range e.ProxyAddrs()[1:] {
+		if _, err := e.LoginAt(ctx, gatewaytest.Users[0], a); err != nil {
+			t.Fatal(err)
+		}
+	}
 	return &haEnv{Env: e, pg: pg, db: db, lb: lb, dir: dir}
 }
 
-// clients are n client-go clients of kubeconfig, each with its own
+// sessionsOn lists the sessions proxy i relays.
+func (h *haEnv) sessionsOn(t *testing.T, i int) []sessions.Info {
+	t.Helper()
+	out := adminOn(t, h.Env, "sessions", "ls", "--json", "--proxy", h.ProxyAddrs()[i])
+	var list []sessions.Info
+	if err := json.Unmarshal([]byte(out), &list); err != nil {
+		t.Fatalf("limen sessions ls --json: %v: %q", err, out)
+	}
+	return list
+}
+
+// relaying returns the proxy that relays a live session of user of kind,
+// waiting up to 15 s for one.
+func (h *haEnv) relaying(t *testing.T, user string, kind sessions.Kind) int {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		for i := range haBackends {
+			for _, s := range h.sessionsOn(t, i) {
+				if s.Live() && s.Principal.Name == user && s.Kind == kind {
+					return i
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no proxy relays a live %s of %s", kind, user)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// haClients are n client-go clients of kubeconfig, each with its own
 // connection (a dialer of its own keeps client-go from sharing one
 // transport) and no client-side rate limit.
-func haClients(t *testing.T, kubeconfig string, n int) []*kubernetes.Clientset {
+func haClients(t *testing.T, kubeconfig string, n int) []*haClient {
 	t.Helper()
-	var out []*kubernetes.Clientset
+	var out []*haClient
 	for range n {
 		cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 		if err != nil {
 			t.Fatal(err)
 		}
+		hc := &haClient{}
 		cfg.QPS, cfg.Burst = -1, 0
-		cfg.Dial = (&net.Dialer{Timeout: 5 * time.Second}).DialContext
-		c, err := kubernetes.NewForConfig(cfg)
-		if err != nil {
+		d := &net.Dialer{Timeout: 5 * time.Second}
+		cfg.Dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := d.DialContext(ctx, network, addr)
+			if err == nil {
+				hc.local.Store(c.LocalAddr().String())
+			}
+			return c, err
+		}
+		if hc.Clientset, err = kubernetes.NewForConfig(cfg); err != nil {
 			t.Fatal(err)
 		}
-		out = append(out, c)
+		out = append(out, hc)
 	}
 	return out
 }
 
-// busiest is the proxy with the most connections through the balancer.
-func (h *haEnv) busiest(t *testing.T) int {
+// clientsOn returns the load's clients whose connection goes to proxy i.
+func (h *haEnv) clientsOn(t *testing.T, l *haLoad, i int) []*haClient {
 	t.Helper()
-	servers, err := h.lb.Servers(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	best, most := 0, -1
-	for _, s := range servers {
-		if i := slices.Index(haBackends, s.Name); i >= 0 && s.Sessions > most {
-			best, most = i, s.Sessions
+	var on []*haClient
+	for _, c := range l.clients {
+		local, _ := c.local.Load().(string)
+		srv, err := h.lb.ServerOf(context.Background(), local)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.TrimSuffix(srv, "-backup") == haBackends[i] {
+			on = append(on, c)
 		}
 	}
-	return best
+	return on
 }
 
 // restart starts proxy i again and waits until the worker's tunnel and
@@ -217,7 +267,7 @@ func TestHAThreeProxies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	load := &haLoad{ns: ns, clients: haClients(t, kcLB, 3), kubectl: clustertest.Kubectl(t, ""), kc: kcLB,
+	load := &haLoad{ns: ns, clients: haClients(t, kcLB, haLoadClients), kubectl: clustertest.Kubectl(t, ""), kc: kcLB,
 		pod: "ticker", pfPort: echo.Addr().(*net.TCPAddr).Port}
 	load.start()
 	stopped := false
@@ -246,6 +296,8 @@ func TestHAThreeProxies(t *testing.T) {
 type haFigures struct {
 	lock                       []time.Duration
 	killed                     string
+	killClients, killInFlight  int
+	killInFlightFailed         int
 	killLost                   int
 	killRecover                time.Duration
 	killStreams                string
@@ -271,8 +323,8 @@ func (f *haFigures) log(t *testing.T, l *haLoad, took time.Duration) {
 		fmt.Fprintf(&b, "  lock via A -> exec+watch on C ended (incl. the limen lock process): %d runs, p50 %s, max %s\n",
 			len(s), s[len(s)/2].Round(time.Millisecond), s[len(s)-1].Round(time.Millisecond))
 	}
-	fmt.Fprintf(&b, "  kill -9 proxy %s: %d requests failed (in flight or sent before HAProxy noticed), recovered after %s; streams: %s; back in rotation %s after restart\n",
-		f.killed, f.killLost, f.killRecover.Round(time.Millisecond), f.killStreams, f.restartKilled.Round(time.Millisecond))
+	fmt.Fprintf(&b, "  kill -9 proxy %s (%d of %d client-go connections on it): %d requests failed (%d of %d in flight on it at the kill), the last sent %s after it; streams: %s; back in rotation %s after restart\n",
+		f.killed, f.killClients, haLoadClients, f.killLost, f.killInFlightFailed, f.killInFlight, f.killRecover.Round(time.Millisecond), f.killStreams, f.restartKilled.Round(time.Millisecond))
 	fmt.Fprintf(&b, "  PostgreSQL down %s: %d requests answered 503, %d failed otherwise, %d succeeded; service back %s after it started\n",
 		f.pgDown.Round(time.Millisecond), f.pg503, f.pgOther, f.pgOK, f.pgBack.Round(time.Millisecond))
 	fmt.Fprintf(&b, "  SIGTERM proxy %s (drained in %s): %d of %d requests failed\n", f.termed, f.termTook.Round(time.Millisecond), f.termFailed, f.termReqs)
@@ -346,18 +398,15 @@ func waitUnlocked(t *testing.T, kc, ns string) {
 	}
 }
 
-// waitCarolLive waits until proxy A lists carol's exec and watch as live
-// on another proxy, and returns their ids by kind.
+// waitCarolLive waits until proxy C lists carol's exec and watch as its
+// own live sessions, and returns their ids by kind.
 func (h *haEnv) waitCarolLive(t *testing.T) map[sessions.Kind]string {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		ids := map[sessions.Kind]string{}
-		for _, i := range listSessions(t, h.Env) {
+		for _, i := range h.sessionsOn(t, 2) {
 			if i.Live() && i.Principal.Name == "carol" && (i.Kind == sessions.KindExec || i.Kind == sessions.KindWatch) {
-				if i.Proxy == "" {
-					t.Fatalf("proxy A lists carol's %s %s as its own; it runs through proxy C", i.Kind, i.ID)
-				}
 				ids[i.Kind] = i.ID
 			}
 		}
@@ -387,18 +436,41 @@ func (h *haEnv) waitSessionEnd(t *testing.T, id string) audit.Event {
 	}
 }
 
-// killOne kills the busiest proxy with SIGKILL and judges the next 7 s.
+// killOne kills the proxy that relays alice's exec with SIGKILL and
+// judges the next 7 s.
 func (h *haEnv) killOne(t *testing.T, l *haLoad, f *haFigures) {
-	victim := h.busiest(t)
+	victim := h.relaying(t, "alice", sessions.KindExec)
 	f.killed = haBackends[victim]
 	l.mu.Lock()
 	execEnds, watchEnds, pfEnds := len(l.execEnds), len(l.watchEnds), len(l.pfEnds)
 	l.mu.Unlock()
+	// Kill it while a request is under way on it, if a client's connection
+	// goes there.
+	on := h.clientsOn(t, l, victim)
+	f.killClients = len(on)
+	onVictim := map[int]bool{}
+	for i, c := range l.clients {
+		onVictim[i] = slices.Contains(on, c)
+	}
+	for wait := time.Now().Add(3 * time.Second); len(on) > 0 && time.Now().Before(wait); {
+		if slices.ContainsFunc(on, func(c *haClient) bool { return c.inFlight.Load() > 0 }) {
+			break
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
 	kill := time.Now()
 	h.KillProxyN(victim)
 	time.Sleep(7 * time.Second)
 	reqs := l.window(kill.Add(-5*time.Second), kill.Add(7*time.Second))
 	for _, r := range reqs {
+		if r.start.Before(kill) && r.end.After(kill) && onVictim[r.seq%len(l.clients)] {
+			// Answered whole before the kill reached it, or failed: both
+			// fine; the decoder would fail a truncated answer.
+			f.killInFlight++
+			if !r.ok {
+				f.killInFlightFailed++
+			}
+		}
 		if r.ok {
 			continue
 		}
@@ -411,11 +483,15 @@ func (h *haEnv) killOne(t *testing.T, l *haLoad, f *haFigures) {
 		}
 	}
 	l.mu.Lock()
-	f.killStreams = fmt.Sprintf("exec ended %d, watch ended %d, port-forward ended %d", len(l.execEnds)-execEnds, len(l.watchEnds)-watchEnds, len(l.pfEnds)-pfEnds)
+	execEnded := len(l.execEnds) - execEnds
+	f.killStreams = fmt.Sprintf("exec ended %d, watch ended %d, port-forward ended %d", execEnded, len(l.watchEnds)-watchEnds, len(l.pfEnds)-pfEnds)
 	up := l.watchUp
 	l.mu.Unlock()
 	if !up {
 		t.Errorf("the watch is not re-established 7s after the kill")
+	}
+	if execEnded == 0 {
+		t.Errorf("the exec relayed by the killed proxy did not end")
 	}
 	h.checkStreams(t, l)
 	f.restartKilled = h.restart(t, victim)
@@ -440,17 +516,21 @@ func (h *haEnv) checkStreams(t *testing.T, l *haLoad) {
 	}
 }
 
-// restartPostgres stops PostgreSQL for 3 s during the load.
+// restartPostgres stops PostgreSQL for 3 s during the load: from the
+// stop's start to the start's end, every request fails 503 or succeeds
+// (with its record stored, checkAudit); between the server being down and
+// its start beginning, none succeeds.
 func (h *haEnv) restartPostgres(t *testing.T, l *haLoad, f *haFigures) {
+	stopping := time.Now()
 	h.pg.Stop()
 	down := time.Now()
 	time.Sleep(3 * time.Second)
 	up := time.Now()
-	f.pgDown = up.Sub(down)
 	if err := h.pg.Start(); err != nil {
 		t.Fatalf("start PostgreSQL again: %v", err)
 	}
 	started := time.Now()
+	f.pgDown = started.Sub(stopping)
 	// Back: ten requests in a row succeed.
 	deadline := started.Add(30 * time.Second)
 	for {
@@ -474,9 +554,10 @@ func (h *haEnv) restartPostgres(t *testing.T, l *haLoad, f *haFigures) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	for _, r := range l.window(down, up) {
+	time.Sleep(time.Second) // the requests under way are answered
+	for _, r := range l.window(stopping, started.Add(f.pgBack)) {
 		switch {
-		case r.ok && r.end.Before(up):
+		case r.ok && r.start.After(down) && r.end.Before(up):
 			f.pgOK++
 			t.Errorf("request %d succeeded while PostgreSQL was down: relayed without a durable audit record", r.seq)
 		case r.ok:
@@ -495,10 +576,10 @@ func (h *haEnv) restartPostgres(t *testing.T, l *haLoad, f *haFigures) {
 	}
 }
 
-// termOne stops the busiest proxy with SIGTERM and counts the requests
-// that failed from then until 2 s after it exited.
+// termOne stops the proxy that relays alice's exec with SIGTERM and
+// counts the requests that failed from then until 2 s after it exited.
 func (h *haEnv) termOne(t *testing.T, l *haLoad, f *haFigures) {
-	victim := h.busiest(t)
+	victim := h.relaying(t, "alice", sessions.KindExec)
 	f.termed = haBackends[victim]
 	start := time.Now()
 	if !h.StopProxyN(victim, 30*time.Second) {
@@ -506,7 +587,7 @@ func (h *haEnv) termOne(t *testing.T, l *haLoad, f *haFigures) {
 	}
 	f.termTook = time.Since(start)
 	time.Sleep(2 * time.Second)
-	reqs := l.window(start.Add(-time.Second), time.Now().Add(-time.Second))
+	reqs := l.window(start, time.Now().Add(-time.Second))
 	f.termReqs = len(reqs)
 	for _, r := range reqs {
 		if !r.ok {
@@ -562,7 +643,7 @@ func (h *haEnv) perProxyGET(t *testing.T, kcLB, ns string) []time.Duration {
 	var out []time.Duration
 	for _, a := range h.ProxyAddrs() {
 		kc := retargetServer(t, kcLB, h.lb.Addr, a)
-		c := haClients(t, kc, 1)[0]
+		c := haClients(t, kc, 1)[0].Clientset
 		var lat []time.Duration
 		for i := range 41 {
 			start := time.Now()

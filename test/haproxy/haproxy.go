@@ -24,6 +24,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -273,6 +274,28 @@ func (lb *LB) Servers(ctx context.Context) ([]Server, error) {
 		servers = append(servers, Server{Name: row[col["svname"]], Status: row[col["status"]], Sessions: cur, Total: tot})
 	}
 	return servers, nil
+}
+
+// ServerOf returns the backend a client connection from local (the
+// client's HOST:PORT) was sent to, or "" when HAProxy has no such
+// connection.
+func (lb *LB) ServerOf(ctx context.Context, local string) (string, error) {
+	out, err := lb.command(ctx, "show sess")
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if !slices.Contains(f, "src="+local) {
+			continue
+		}
+		for _, kv := range f {
+			if srv, ok := strings.CutPrefix(kv, "srv="); ok {
+				return srv, nil
+			}
+		}
+	}
+	return "", nil
 }
 
 // Status returns the check status of the backend named name ("UP",
