@@ -307,6 +307,7 @@ type haFigures struct {
 	pgBack                     time.Duration
 	termed                     string
 	termFailed, termReqs       int
+	termClients                int
 	termTook                   time.Duration
 	auditOK, auditNoOutcome    int
 	perProxy                   []time.Duration
@@ -323,11 +324,12 @@ func (f *haFigures) log(t *testing.T, l *haLoad, took time.Duration) {
 		fmt.Fprintf(&b, "  lock via A -> exec+watch on C ended (incl. the limen lock process): %d runs, p50 %s, max %s\n",
 			len(s), s[len(s)/2].Round(time.Millisecond), s[len(s)-1].Round(time.Millisecond))
 	}
-	fmt.Fprintf(&b, "  kill -9 proxy %s (%d of %d client-go connections on it): %d requests failed (%d of %d in flight on it at the kill), the last sent %s after it; streams: %s; back in rotation %s after restart\n",
+	fmt.Fprintf(&b, "  kill -9 proxy %s (%d of %d client-go connections on it): %d requests failed (%d of %d in flight on it at the kill); its clients answered again %s after the kill; streams: %s; back in rotation %s after restart\n",
 		f.killed, f.killClients, haLoadClients, f.killLost, f.killInFlightFailed, f.killInFlight, f.killRecover.Round(time.Millisecond), f.killStreams, f.restartKilled.Round(time.Millisecond))
 	fmt.Fprintf(&b, "  PostgreSQL down %s: %d requests answered 503, %d failed otherwise, %d succeeded; service back %s after it started\n",
 		f.pgDown.Round(time.Millisecond), f.pg503, f.pgOther, f.pgOK, f.pgBack.Round(time.Millisecond))
-	fmt.Fprintf(&b, "  SIGTERM proxy %s (drained in %s): %d of %d requests failed\n", f.termed, f.termTook.Round(time.Millisecond), f.termFailed, f.termReqs)
+	fmt.Fprintf(&b, "  SIGTERM proxy %s (%d client-go connections on it; drained in %s): %d of %d requests failed\n",
+		f.termed, f.termClients, f.termTook.Round(time.Millisecond), f.termFailed, f.termReqs)
 	fmt.Fprintf(&b, "  audit: %d successes each stored exactly once (kube.sent), %d of them without an outcome (kube.request)\n", f.auditOK, f.auditNoOutcome)
 	if len(f.perProxy) == len(haBackends) {
 		fmt.Fprintf(&b, "  GET p50 straight to A %s, B %s, C %s (the worker enrolled with A and learned B and C)\n",
@@ -452,16 +454,30 @@ func (h *haEnv) killOne(t *testing.T, l *haLoad, f *haFigures) {
 	for i, c := range l.clients {
 		onVictim[i] = slices.Contains(on, c)
 	}
-	for wait := time.Now().Add(3 * time.Second); len(on) > 0 && time.Now().Before(wait); {
-		if slices.ContainsFunc(on, func(c *haClient) bool { return c.inFlight.Load() > 0 }) {
-			break
-		}
-		time.Sleep(100 * time.Microsecond)
-	}
+	waitInFlight(on)
 	kill := time.Now()
 	h.KillProxyN(victim)
 	time.Sleep(7 * time.Second)
 	reqs := l.window(kill.Add(-5*time.Second), kill.Add(7*time.Second))
+	// Recovered: each client that was on the victim has had an answer
+	// through another proxy.
+	back := map[int]time.Duration{}
+	for _, r := range reqs {
+		if i := r.seq % len(l.clients); onVictim[i] && r.ok && r.start.After(kill) {
+			if d, ok := back[i]; !ok || r.end.Sub(kill) < d {
+				back[i] = r.end.Sub(kill)
+			}
+		}
+	}
+	for i, c := range l.clients {
+		if slices.Contains(on, c) {
+			d, ok := back[i]
+			if !ok {
+				t.Errorf("client %d, on the killed proxy, had no answer within 7s", i)
+			}
+			f.killRecover = max(f.killRecover, d)
+		}
+	}
 	for _, r := range reqs {
 		if r.start.Before(kill) && r.end.After(kill) && onVictim[r.seq%len(l.clients)] {
 			// Answered whole before the kill reached it, or failed: both
@@ -476,7 +492,6 @@ func (h *haEnv) killOne(t *testing.T, l *haLoad, f *haFigures) {
 		}
 		if r.end.After(kill) {
 			f.killLost++
-			f.killRecover = max(f.killRecover, r.start.Sub(kill))
 		}
 		if r.start.After(kill.Add(5 * time.Second)) {
 			t.Errorf("request %d sent %s after the kill failed: %s", r.seq, r.start.Sub(kill).Round(time.Millisecond), r.err)
@@ -495,6 +510,17 @@ func (h *haEnv) killOne(t *testing.T, l *haLoad, f *haFigures) {
 	}
 	h.checkStreams(t, l)
 	f.restartKilled = h.restart(t, victim)
+}
+
+// waitInFlight returns once one of clients has a request under way, or
+// after 3 s.
+func waitInFlight(clients []*haClient) {
+	for wait := time.Now().Add(3 * time.Second); len(clients) > 0 && time.Now().Before(wait); {
+		if slices.ContainsFunc(clients, func(c *haClient) bool { return c.inFlight.Load() > 0 }) {
+			return
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
 }
 
 // checkStreams fails the test for a stream that ended as if it were over,
@@ -581,6 +607,10 @@ func (h *haEnv) restartPostgres(t *testing.T, l *haLoad, f *haFigures) {
 func (h *haEnv) termOne(t *testing.T, l *haLoad, f *haFigures) {
 	victim := h.relaying(t, "alice", sessions.KindExec)
 	f.termed = haBackends[victim]
+	// While a request is under way on it: the drain must finish it.
+	on := h.clientsOn(t, l, victim)
+	f.termClients = len(on)
+	waitInFlight(on)
 	start := time.Now()
 	if !h.StopProxyN(victim, 30*time.Second) {
 		t.Errorf("proxy %s did not exit within 30s of SIGTERM", f.termed)
