@@ -298,6 +298,7 @@ type haFigures struct {
 	killed                     string
 	killClients, killInFlight  int
 	killInFlightFailed         int
+	killWatch                  time.Duration
 	killLost                   int
 	killRecover                time.Duration
 	killStreams                string
@@ -324,8 +325,8 @@ func (f *haFigures) log(t *testing.T, l *haLoad, took time.Duration) {
 		fmt.Fprintf(&b, "  lock via A -> exec+watch on C ended (incl. the limen lock process): %d runs, p50 %s, max %s\n",
 			len(s), s[len(s)/2].Round(time.Millisecond), s[len(s)-1].Round(time.Millisecond))
 	}
-	fmt.Fprintf(&b, "  kill -9 proxy %s (%d of %d client-go connections on it): %d requests failed (%d of %d in flight on it at the kill); its clients answered again %s after the kill; streams: %s; back in rotation %s after restart\n",
-		f.killed, f.killClients, haLoadClients, f.killLost, f.killInFlightFailed, f.killInFlight, f.killRecover.Round(time.Millisecond), f.killStreams, f.restartKilled.Round(time.Millisecond))
+	fmt.Fprintf(&b, "  kill -9 proxy %s (%d of %d client-go connections on it): %d requests failed (%d of %d in flight on it at the kill); its clients answered again %s after the kill; a new watch had its first event in %s; streams: %s; back in rotation %s after restart\n",
+		f.killed, f.killClients, haLoadClients, f.killLost, f.killInFlightFailed, f.killInFlight, f.killRecover.Round(time.Millisecond), f.killWatch.Round(time.Millisecond), f.killStreams, f.restartKilled.Round(time.Millisecond))
 	fmt.Fprintf(&b, "  PostgreSQL down %s: %d requests answered 503, %d failed otherwise, %d succeeded; service back %s after it started\n",
 		f.pgDown.Round(time.Millisecond), f.pg503, f.pgOther, f.pgOK, f.pgBack.Round(time.Millisecond))
 	fmt.Fprintf(&b, "  SIGTERM proxy %s (%d client-go connections on it; drained in %s): %d of %d requests failed\n",
@@ -503,13 +504,41 @@ func (h *haEnv) killOne(t *testing.T, l *haLoad, f *haFigures) {
 	up := l.watchUp
 	l.mu.Unlock()
 	if !up {
-		t.Errorf("the watch is not re-established 7s after the kill")
+		t.Errorf("the load's watch is not re-established 7s after the kill")
 	}
+	// Whether or not the load's watch was on the victim: a new watch
+	// through the balancer opens and carries events.
+	f.killWatch = h.newWatch(t, l)
 	if execEnded == 0 {
 		t.Errorf("the exec relayed by the killed proxy did not end")
 	}
 	h.checkStreams(t, l)
 	f.restartKilled = h.restart(t, victim)
+}
+
+// newWatch opens a watch on a new client through the balancer and returns
+// how long until its first event.
+func (h *haEnv) newWatch(t *testing.T, l *haLoad) time.Duration {
+	t.Helper()
+	c := haClients(t, l.kc, 1)[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	start := time.Now()
+	w, err := c.CoreV1().ConfigMaps(l.ns).Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Errorf("a new watch through the balancer after the kill: %v", err)
+		return 0
+	}
+	defer w.Stop()
+	select {
+	case _, ok := <-w.ResultChan():
+		if !ok {
+			t.Errorf("a new watch through the balancer after the kill ended before its first event")
+		}
+	case <-ctx.Done():
+		t.Errorf("a new watch through the balancer after the kill carried no event within 5s")
+	}
+	return time.Since(start)
 }
 
 // waitInFlight returns once one of clients has a request under way, or
