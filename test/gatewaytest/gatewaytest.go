@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -56,11 +57,19 @@ type Env struct {
 	TokenFile   string // the worker's ServiceAccount token
 	Log         io.Writer
 
-	opts   Options
-	root   string
-	mu     sync.Mutex
-	proxy  *exec.Cmd
-	worker *exec.Cmd
+	opts    Options
+	root    string
+	caDir   string // shared by the proxies, with DatabaseURL
+	mu      sync.Mutex
+	proxies []*proxyProc
+	worker  *exec.Cmd
+}
+
+// proxyProc is one proxy process of an Env: its address, kept across
+// restarts, and the running command.
+type proxyProc struct {
+	addr string
+	cmd  *exec.Cmd
 }
 
 // Options are extra command-line arguments for the proxy and the worker,
@@ -83,6 +92,17 @@ type Options struct {
 	// worker holds exactly its variant's rights even when the first Env's
 	// worker runs under the other.
 	ServiceAccount string
+	// DatabaseURL runs the proxies on this PostgreSQL database
+	// (--database-url), sharing a CA directory made by limen proxy keys
+	// init (docs/KEYS.md); each proxy announces its listen address as
+	// --peer-address, so that the worker keeps a tunnel to every proxy.
+	// Empty: SQLite in the proxy's data directory.
+	DatabaseURL string
+	// Proxies is how many proxies to run (0: one); more than one needs
+	// DatabaseURL. Proxy 0 is ProxyAddr, the one users log in to and the
+	// worker enrolls with; each has its own data directory and log
+	// (proxy.log, proxy-1.log, …).
+	Proxies int
 }
 
 // RBACEnv names the environment variable that picks the worker RBAC for
@@ -120,11 +140,17 @@ func StartWith(ctx context.Context, c *controlplane.Cluster, dir string, log io.
 	if opts.ServiceAccount == "" {
 		opts.ServiceAccount = manifestServiceAccount
 	}
+	if opts.Proxies > 1 && opts.DatabaseURL == "" {
+		return nil, fmt.Errorf("gatewaytest: %d proxies need Options.DatabaseURL, a store they share", opts.Proxies)
+	}
 	root, err := repoRoot()
 	if err != nil {
 		return nil, err
 	}
 	e := &Env{Cluster: c, Dir: dir, Log: log, opts: opts, root: root}
+	for range max(opts.Proxies, 1) {
+		e.proxies = append(e.proxies, &proxyProc{})
+	}
 	e.Bin = opts.Bin
 	if e.Bin == "" {
 		e.Bin = filepath.Join(dir, "limen")
@@ -141,15 +167,19 @@ func StartWith(ctx context.Context, c *controlplane.Cluster, dir string, log io.
 	if err := e.writeWorkerToken(ctx); err != nil {
 		return nil, err
 	}
-	if err := e.StartProxy(ctx); err != nil {
-		return nil, err
+	if opts.DatabaseURL != "" {
+		e.caDir = filepath.Join(dir, "ca-shared")
+		if _, err := e.Limen(ctx, "", "", "proxy", "keys", "init", "--ca-dir", e.caDir); err != nil {
+			return nil, err
+		}
+	}
+	for i := range e.proxies {
+		if err := e.StartProxyN(ctx, i); err != nil {
+			return nil, err
+		}
 	}
 	for _, u := range Users {
-		args := []string{"users", "add", u.Name, "--local", "--data-dir", e.proxyDir(), "--password-stdin"}
-		for _, t := range u.Traits {
-			args = append(args, "--trait", t)
-		}
-		if _, err := e.Limen(ctx, "", u.Password+"\n", args...); err != nil {
+		if err := e.AddUser(ctx, u); err != nil {
 			return nil, err
 		}
 	}
@@ -164,7 +194,26 @@ func StartWith(ctx context.Context, c *controlplane.Cluster, dir string, log io.
 	if err := e.StartWorker(ctx, strings.TrimSpace(token)); err != nil {
 		return nil, err
 	}
+	// The worker learns the other proxies from proxy 0's announcement.
+	for i := 1; i < len(e.proxies); i++ {
+		if err := e.WaitTunnel(ctx, i, 1); err != nil {
+			return nil, err
+		}
+	}
 	return e, nil
+}
+
+// AddUser adds a local user in the proxies' user store.
+func (e *Env) AddUser(ctx context.Context, u User) error {
+	args := []string{"users", "add", u.Name, "--local", "--data-dir", e.proxyDir(), "--password-stdin"}
+	if e.opts.DatabaseURL != "" {
+		args = append(args, "--database-url", e.opts.DatabaseURL)
+	}
+	for _, t := range u.Traits {
+		args = append(args, "--trait", t)
+	}
+	_, err := e.Limen(ctx, "", u.Password+"\n", args...)
+	return err
 }
 
 func (e *Env) step(format string, args ...any) {
@@ -173,7 +222,7 @@ func (e *Env) step(format string, args ...any) {
 	}
 }
 
-func (e *Env) proxyDir() string  { return filepath.Join(e.Dir, "proxy") }
+func (e *Env) proxyDir() string  { return e.proxyDirN(0) }
 func (e *Env) workerDir() string { return filepath.Join(e.Dir, "worker") }
 
 // ProxyDataDir is the proxy's data directory (audit store, recordings).
@@ -282,42 +331,102 @@ func (e *Env) writeWorkerToken(ctx context.Context) error {
 	return os.WriteFile(e.TokenFile, []byte(tr.Status.Token), 0o600)
 }
 
+// proxyDirN is proxy i's data directory; proxyName its log's name.
+func (e *Env) proxyDirN(i int) string { return filepath.Join(e.Dir, proxyName(i)) }
+
+func proxyName(i int) string {
+	if i == 0 {
+		return "proxy"
+	}
+	return fmt.Sprintf("proxy-%d", i)
+}
+
+// ProxyAddrs are the addresses of the Env's proxies, proxy 0 first.
+func (e *Env) ProxyAddrs() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	addrs := make([]string, len(e.proxies))
+	for i, p := range e.proxies {
+		addrs[i] = p.addr
+	}
+	return addrs
+}
+
+// ProxyLog is the path of proxy i's log.
+func (e *Env) ProxyLog(i int) string { return filepath.Join(e.Dir, proxyName(i)+".log") }
+
 // StartProxy starts `limen proxy` (again, after StopProxy, on the same
 // address and data directory).
-func (e *Env) StartProxy(ctx context.Context) error {
-	listen := e.ProxyAddr
+func (e *Env) StartProxy(ctx context.Context) error { return e.StartProxyN(ctx, 0) }
+
+// StartProxyN starts proxy i (again, after StopProxyN or KillProxyN, on
+// the same address and data directory).
+func (e *Env) StartProxyN(ctx context.Context, i int) error {
+	p := e.proxies[i]
+	listen := p.addr
+	shared := e.opts.DatabaseURL != ""
+	if listen == "" && shared {
+		// Its peer address is its listen address: known before it starts.
+		port, err := freePort()
+		if err != nil {
+			return err
+		}
+		listen = fmt.Sprintf("127.0.0.1:%d", port)
+	}
 	if listen == "" {
 		listen = "127.0.0.1:0"
 	}
-	cmd := exec.Command(e.Bin, "proxy", "--listen", listen, "--data-dir", e.proxyDir(),
+	cmd := exec.Command(e.Bin, "proxy", "--listen", listen, "--data-dir", e.proxyDirN(i),
 		"--clusters", ClusterName, "--cluster-label", ClusterName+":env=dev")
+	if shared {
+		cmd.Args = append(cmd.Args, "--database-url", e.opts.DatabaseURL, "--ca-dir", e.caDir, "--peer-address", listen)
+	}
 	cmd.Args = append(cmd.Args, e.opts.ProxyArgs...)
-	lines, err := e.spawn(cmd, "proxy")
+	lines, err := e.spawn(cmd, proxyName(i))
 	if err != nil {
 		return err
 	}
+	var addr, fp string
 	deadline := time.After(30 * time.Second)
-	for e.ProxyAddr == "" || e.Fingerprint == "" || listen == "127.0.0.1:0" {
+	for addr == "" || fp == "" {
 		select {
 		case l, ok := <-lines:
 			if !ok {
-				return fmt.Errorf("limen proxy exited during start; see %s", filepath.Join(e.Dir, "proxy.log"))
+				return fmt.Errorf("limen proxy exited during start; see %s", e.ProxyLog(i))
 			}
 			if a, ok := strings.CutPrefix(l, "Limen proxy listening on https://"); ok {
-				e.ProxyAddr, listen = a, a
+				addr = a
 			}
 			if f, ok := strings.CutPrefix(l, "CA fingerprint: "); ok {
-				e.Fingerprint = f
+				fp = f
 			}
 		case <-deadline:
-			return fmt.Errorf("limen proxy did not start within 30s; see %s", filepath.Join(e.Dir, "proxy.log"))
+			_ = cmd.Process.Kill()
+			return fmt.Errorf("limen proxy did not start within 30s; see %s", e.ProxyLog(i))
 		}
 	}
+	if e.Fingerprint != "" && fp != e.Fingerprint {
+		_ = cmd.Process.Kill()
+		return fmt.Errorf("%s has CA %s, the others %s: the proxies do not share their CA", proxyName(i), fp, e.Fingerprint)
+	}
 	e.mu.Lock()
-	e.proxy = cmd
+	p.addr, p.cmd = addr, cmd
+	if i == 0 {
+		e.ProxyAddr = addr
+	}
+	e.Fingerprint = fp
 	e.mu.Unlock()
-	e.step("proxy listening on %s (CA %s)", e.ProxyAddr, e.Fingerprint)
+	e.step("%s listening on %s (CA %s)", proxyName(i), addr, fp)
 	return nil
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // StartWorker starts `limen worker` for the test cluster and waits until the
@@ -379,13 +488,20 @@ func (e *Env) WaitWorker(ctx context.Context, connected bool) error {
 // Login logs a demo user in and writes their kubeconfig for the test
 // cluster, returning its path.
 func (e *Env) Login(ctx context.Context, user string) (string, error) {
-	var pw string
-	for _, u := range Users {
-		if u.Name == user {
-			pw = u.Password
+	u := User{Name: user}
+	for _, d := range Users {
+		if d.Name == user {
+			u = d
 		}
 	}
-	if _, err := e.Limen(ctx, user, pw+"\n", "login", "--proxy", e.ProxyAddr, "--user", user,
+	return e.LoginAt(ctx, u, e.ProxyAddr)
+}
+
+// LoginAt logs u in through the proxy (or load balancer) at addr and
+// writes their kubeconfig for the test cluster, whose server is addr.
+func (e *Env) LoginAt(ctx context.Context, u User, addr string) (string, error) {
+	user := u.Name
+	if _, err := e.Limen(ctx, user, u.Password+"\n", "login", "--proxy", addr, "--user", user,
 		"--password-stdin", "--ca-fingerprint", e.Fingerprint); err != nil {
 		return "", err
 	}
@@ -458,8 +574,39 @@ func (e *Env) spawn(cmd *exec.Cmd, name string) (<-chan string, error) {
 	return lines, nil
 }
 
-// StopProxy ends the proxy process.
-func (e *Env) StopProxy() { e.stop(&e.proxy) }
+// StopProxy ends the proxy process (proxy 0).
+func (e *Env) StopProxy() { e.StopProxyN(0, stopGrace) }
+
+// StopProxyN sends proxy i SIGTERM, as a rolling upgrade does, and waits
+// up to grace for it to exit before killing it; it reports whether the
+// proxy exited by itself.
+func (e *Env) StopProxyN(i int, grace time.Duration) bool {
+	e.mu.Lock()
+	p := e.proxies[i]
+	cmd := p.cmd
+	p.cmd = nil
+	e.mu.Unlock()
+	return stopCmd(cmd, grace)
+}
+
+// KillProxyN kills proxy i at once (SIGKILL), as a crash would.
+func (e *Env) KillProxyN(i int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if p := e.proxies[i]; p.cmd != nil && p.cmd.Process != nil {
+		_ = p.cmd.Process.Kill()
+		p.cmd = nil
+	}
+}
+
+// Tunnels counts the worker tunnels proxy i has registered since the Env
+// started, as its log says (restarts included).
+func (e *Env) Tunnels(i int) int { return e.logCount(proxyName(i), proxyLogConnected) }
+
+// WaitTunnel waits until proxy i has registered n worker tunnels (Tunnels).
+func (e *Env) WaitTunnel(ctx context.Context, i, n int) error {
+	return e.waitLog(ctx, proxyName(i), proxyLogConnected, n)
+}
 
 // StopWorker ends the worker process.
 func (e *Env) StopWorker() { e.stop(&e.worker) }
@@ -489,32 +636,47 @@ const (
 	proxyLogDisconnected = "tunnel: worker disconnected"
 )
 
-func (e *Env) proxyLogCount(line string) int {
-	b, _ := os.ReadFile(filepath.Join(e.Dir, "proxy.log"))
+func (e *Env) proxyLogCount(line string) int { return e.logCount(proxyName(0), line) }
+
+func (e *Env) logCount(name, line string) int {
+	b, _ := os.ReadFile(filepath.Join(e.Dir, name+".log"))
 	return bytes.Count(b, []byte(line))
 }
 
-// waitProxyLog waits until the proxy's log holds line at least n times.
+// waitProxyLog waits until proxy 0's log holds line at least n times.
 func (e *Env) waitProxyLog(ctx context.Context, line string, n int) error {
+	return e.waitLog(ctx, proxyName(0), line, n)
+}
+
+func (e *Env) waitLog(ctx context.Context, name, line string, n int) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	for e.proxyLogCount(line) < n {
+	for e.logCount(name, line) < n {
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("the proxy did not log %q %d times within 30s; see %s", line, n, filepath.Join(e.Dir, "proxy.log"))
+			return fmt.Errorf("%s did not log %q %d times within 30s; see %s", name, line, n, filepath.Join(e.Dir, name+".log"))
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
 	return nil
 }
 
+// stopGrace is how long StopProxy and StopWorker wait after SIGTERM.
+const stopGrace = 5 * time.Second
+
 func (e *Env) stop(p **exec.Cmd) {
 	e.mu.Lock()
 	cmd := *p
 	*p = nil
 	e.mu.Unlock()
+	stopCmd(cmd, stopGrace)
+}
+
+// stopCmd sends cmd SIGTERM and kills it after grace; it reports whether
+// the process exited by itself.
+func stopCmd(cmd *exec.Cmd, grace time.Duration) bool {
 	if cmd == nil || cmd.Process == nil {
-		return
+		return true
 	}
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	done := make(chan struct{})
@@ -529,13 +691,22 @@ func (e *Env) stop(p **exec.Cmd) {
 	}()
 	select {
 	case <-done:
-	case <-time.After(5 * time.Second):
+		return true
+	case <-time.After(grace):
 		_ = cmd.Process.Kill()
+		return false
 	}
 }
 
-// ProxyPID returns the process id of the running proxy, or 0.
-func (e *Env) ProxyPID() int { return e.pid(&e.proxy) }
+// ProxyPID returns the process id of the running proxy (proxy 0), or 0.
+func (e *Env) ProxyPID() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if c := e.proxies[0].cmd; c != nil && c.Process != nil {
+		return c.Process.Pid
+	}
+	return 0
+}
 
 // WorkerPID returns the process id of the running worker, or 0.
 func (e *Env) WorkerPID() int { return e.pid(&e.worker) }
@@ -549,10 +720,12 @@ func (e *Env) pid(p **exec.Cmd) int {
 	return (*p).Process.Pid
 }
 
-// Stop ends the proxy and the worker.
+// Stop ends the worker and every proxy.
 func (e *Env) Stop() {
 	e.StopWorker()
-	e.StopProxy()
+	for i := range e.proxies {
+		e.StopProxyN(i, stopGrace)
+	}
 }
 
 func repoRoot() (string, error) {
