@@ -27,7 +27,7 @@ func TestRecordCapturedSession(t *testing.T) {
 		return b
 	}
 	var buf bytes.Buffer
-	rec := recording.NewWriter(&buf, recording.Meta{Cluster: "c", Session: "s"})
+	rec := recording.NewWriter(&buf, recording.Meta{Cluster: "c", Session: "s", TTY: true})
 	for _, side := range []struct {
 		dir  stream.Direction
 		data []byte
