@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -69,7 +70,7 @@ var streamTransports = []streamTransport{
 	{name: "exec over WebSocket (newest kubectl)", kind: "exec", websocket: true},
 	{name: "attach over SPDY (kubectl 1.29)", minor: "1.29", kind: "attach"},
 	{name: "attach over WebSocket (newest kubectl)", kind: "attach", websocket: true},
-	{name: "port-forward over SPDY (kubectl 1.30)", minor: "1.30", kind: "portforward"},
+	{name: "port-forward over SPDY (kubectl 1.29)", minor: "1.29", kind: "portforward"},
 	{name: "port-forward over SPDY in WebSocket (newest kubectl)", kind: "portforward", websocket: true},
 }
 
@@ -105,12 +106,9 @@ func (tr streamTransport) openOnce(t *testing.T, kubeconfig, ns, pod string, por
 		marker = "Forwarding from 127.0.0.1:"
 	}
 	cmd := exec.CommandContext(ctx, clustertest.Kubectl(t, tr.minor), args...)
-	env := os.Environ()
-	if tr.websocket {
-		// The defaults of the newest kubectl, said out loud.
-		env = append(env, "KUBECTL_REMOTE_COMMAND_WEBSOCKETS=true", "KUBECTL_PORT_FORWARD_WEBSOCKETS=true")
-	}
-	cmd.Env = env
+	// The defaults of each kubectl, said out loud.
+	ws := strconv.FormatBool(tr.websocket)
+	cmd.Env = append(os.Environ(), "KUBECTL_REMOTE_COMMAND_WEBSOCKETS="+ws, "KUBECTL_PORT_FORWARD_WEBSOCKETS="+ws)
 	cmd.WaitDelay = 5 * time.Second
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
