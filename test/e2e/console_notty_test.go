@@ -3,12 +3,14 @@ package e2e
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/limenhq/limen/gateway/audit"
 	"github.com/limenhq/limen/gateway/recording"
 	"github.com/limenhq/limen/test/cluster/clustertest"
 )
@@ -32,8 +34,7 @@ func TestConsolePlaysANonTTYExecAsATerminalShowedIt(t *testing.T) {
 	clustertest.RunPod(t, ns, "console-pod", []string{"sleep", "3600"}, false)
 	kc := userKubeconfig(t, "alice")
 	script := fmt.Sprintf("i=0; while [ $i -lt %d ]; do i=$((i+1)); echo console-tick-$i; sleep 0.2; done", noTTYLines)
-	// The namespace as $0 tells this run's session from another's.
-	out, stderr, code := kubectl(t, kc, "", "-n", ns, "exec", "console-pod", "--", "sh", "-c", script, ns)
+	out, stderr, code := kubectl(t, kc, "", "-n", ns, "exec", "console-pod", "--", "sh", "-c", script)
 	if code != 0 {
 		t.Fatalf("kubectl exec: exit %d, stderr %q", code, stderr)
 	}
@@ -44,7 +45,9 @@ func TestConsolePlaysANonTTYExecAsATerminalShowedIt(t *testing.T) {
 	if out != want.String() {
 		t.Fatalf("kubectl printed %q, want the command's own bytes %q", out, want.String())
 	}
-	ev := waitSessionEnd(t, "alice", "console-pod", sessionCommand(ns))
+	ev := waitSessionEnd(t, "alice", "console-pod", func(ev audit.Event) bool {
+		return ev.Session.Namespace == ns && slices.Contains(ev.Session.Command, script)
+	})
 	id := ev.SessionID
 	rec := fetchRecording(t, id)
 	hdr, evs := castEvents(t, rec)
@@ -69,7 +72,8 @@ func TestConsolePlaysANonTTYExecAsATerminalShowedIt(t *testing.T) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		rows = eval[[]string](t, admin, `[...document.querySelectorAll('#player .ap-term .ap-line')].map(l => l.textContent)`)
-		if consoleTick(strings.Join(rows, "\n")) == noTTYLines {
+		// Joined without blanks, so that a line the terminal wrapped is read whole.
+		if consoleTick(strings.NewReplacer(" ", "", "\u00a0", "").Replace(strings.Join(rows, ""))) == noTTYLines {
 			break
 		}
 		if time.Now().After(deadline) {
