@@ -115,4 +115,3 @@ func TestNonTTYRecordingKeepsTheRelayExact(t *testing.T) {
 		})
 	}
 }
-
