@@ -27,7 +27,7 @@ func TestRecordCapturedSession(t *testing.T) {
 		return b
 	}
 	var buf bytes.Buffer
-	rec := recording.NewWriter(&buf, recording.Meta{Cluster: "c", Session: "s"})
+	rec := recording.NewWriter(&buf, recording.Meta{Cluster: "c", Session: "s", TTY: true})
 	for _, side := range []struct {
 		dir  stream.Direction
 		data []byte
@@ -78,10 +78,17 @@ func TestRecordCapturedSession(t *testing.T) {
 	}
 }
 
-// BenchmarkWriter reports the recording's throughput for 16 KiB outputs.
-func BenchmarkWriter(b *testing.B) {
+// BenchmarkWriter reports the recording's throughput for 16 KiB outputs of
+// a session with a terminal.
+func BenchmarkWriter(b *testing.B) { benchmarkWriter(b, true) }
+
+// BenchmarkWriterNoTTY is BenchmarkWriter without a terminal: each line
+// feed is recorded as "\r\n".
+func BenchmarkWriterNoTTY(b *testing.B) { benchmarkWriter(b, false) }
+
+func benchmarkWriter(b *testing.B, tty bool) {
 	chunk := bytes.Repeat([]byte("0123456789abcdé\n"), 1<<10)
-	w := recording.NewWriter(io.Discard, recording.Meta{})
+	w := recording.NewWriter(io.Discard, recording.Meta{TTY: tty})
 	b.SetBytes(int64(len(chunk)))
 	b.ReportAllocs()
 	for b.Loop() {

@@ -1,6 +1,9 @@
 package recording
 
-import "unicode/utf8"
+import (
+	"bytes"
+	"unicode/utf8"
+)
 
 // utf8Buffer holds the tail of an output stream that may be the start of a
 // UTF-8 sequence split across writes, so that a character cut by a frame
@@ -9,6 +12,45 @@ type utf8Buffer struct {
 	held [utf8.UTFMax]byte
 	n    int
 	out  []byte
+	// cr: the last byte recorded of this stream was '\r', so a '\n' that
+	// begins the next write completes a "\r\n" (onlcr).
+	cr   bool
+	crlf []byte
+}
+
+// onlcr returns text with each '\n' that does not follow a '\r' written as
+// "\r\n", as a terminal's line discipline writes it; what precedes text is
+// the end of the previous call's text. The result is valid until the next
+// call, and is text itself when text has no '\n'.
+func (b *utf8Buffer) onlcr(text []byte) []byte {
+	if len(text) == 0 {
+		return text
+	}
+	i := bytes.IndexByte(text, '\n')
+	if i < 0 {
+		b.cr = text[len(text)-1] == '\r'
+		return text
+	}
+	out, cr := b.crlf[:0], b.cr
+	for i >= 0 {
+		out = append(out, text[:i]...)
+		if i > 0 {
+			cr = text[i-1] == '\r'
+		}
+		if !cr {
+			out = append(out, '\r')
+		}
+		out = append(out, '\n')
+		cr = false
+		text = text[i+1:]
+		i = bytes.IndexByte(text, '\n')
+	}
+	if len(text) > 0 {
+		out = append(out, text...)
+		cr = text[len(text)-1] == '\r'
+	}
+	b.cr, b.crlf = cr, out
+	return out
 }
 
 // take returns the bytes of held+p that are ready to record, holding back at
@@ -31,6 +73,9 @@ func (b *utf8Buffer) take(p []byte) []byte {
 // flush returns the held bytes (which appendJSONString replaces with U+FFFD).
 func (b *utf8Buffer) flush() []byte {
 	out := append(b.out[:0], b.held[:b.n]...)
+	if b.n > 0 {
+		b.cr = false // the stream's last byte is a held one
+	}
 	b.n = 0
 	return out
 }

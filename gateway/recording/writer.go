@@ -14,11 +14,26 @@
 // its three UTF-8 bytes rather than the six of its escape. U+FFFD is what a
 // terminal shows for such a byte and what asciinema-player draws. Played
 // back (Play, Reader), valid UTF-8 output is byte for byte what the session
-// printed, and binary output is what a terminal showed of it. A recording
+// printed (but for the line feeds of a session without a terminal, below),
+// and binary output is what a terminal showed of it. A recording
 // takes 1.0 to 1.15 times text output, and about 2.4 times random binary
 // output: 27 of the 256 byte values are control characters JSON spells in
 // six bytes, and the 128 values from 0x80 up seldom form UTF-8 and then take
 // three.
+//
+// # Sessions without a terminal
+//
+// A command run without a tty (kubectl exec without -t) writes bare line
+// feeds: no line discipline between it and kubectl turns "\n" into "\r\n"
+// (onlcr); the user's own terminal does that for kubectl's output. A player
+// is a terminal emulator fed the recorded bytes as they are, so it would
+// move down a line without going back to the first column: a staircase.
+// For such a session (Meta.TTY false) the Writer records each "\n" of the
+// output as "\r\n", as the user's terminal showed it: each "\n" not
+// already after a "\r", including a "\r" that ended the previous write of
+// the same stream. The header says so (env LIMEN_TTY "false"). Only the
+// recording changes: the bytes relayed, and the byte counts of the audit
+// trail, are the session's own.
 //
 // # Writing to the spool, and what a crash loses
 //
@@ -72,6 +87,9 @@ const (
 	EnvContainer = "LIMEN_CONTAINER"
 	EnvUser      = "LIMEN_USER"
 	EnvSession   = "LIMEN_SESSION"
+	// EnvTTY is "true" for a session with a terminal and "false" for one
+	// without, whose line feeds the recording writes as "\r\n".
+	EnvTTY = "LIMEN_TTY"
 )
 
 // Meta describes the recorded session; it goes into the header.
@@ -82,6 +100,10 @@ type Meta struct {
 	Command string
 	// Start is when the session started; the zero time means the Writer's creation.
 	Start time.Time
+	// TTY says the session has a terminal (the request's tty option).
+	// Without one, output is recorded as a terminal would have shown it:
+	// each line feed as "\r\n" (see the package documentation).
+	TTY bool
 }
 
 // Writer records one session as asciicast v3. It is safe for concurrent use by
@@ -193,8 +215,15 @@ func (wr *Writer) output(buf *utf8Buffer, p []byte) error {
 	}
 	held := *buf // a refused event leaves the held bytes as they were
 	if text := buf.take(p); len(text) > 0 {
-		if err := wr.event("o", text); err != nil {
-			buf.held, buf.n = held.held, held.n
+		if !wr.meta.TTY {
+			text = buf.onlcr(text)
+		}
+		err := wr.event("o", text)
+		if cap(buf.crlf) > maxKeptLine {
+			buf.crlf = nil
+		}
+		if err != nil {
+			buf.held, buf.n, buf.cr = held.held, held.n, held.cr
 			return wr.refused(err)
 		}
 	}
@@ -315,6 +344,7 @@ func (wr *Writer) writeHeader(cols, rows int) error {
 		Env: map[string]string{
 			EnvCluster: m.Cluster, EnvNamespace: m.Namespace, EnvPod: m.Pod,
 			EnvContainer: m.Container, EnvUser: m.User, EnvSession: m.Session,
+			EnvTTY: strconv.FormatBool(m.TTY),
 		},
 	}
 	b, err := json.Marshal(h)

@@ -26,9 +26,11 @@ func (c *fakeClock) now() time.Time {
 
 var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 
+// meta describes a session with a terminal, whose output is recorded byte
+// for byte; nonTTY tests the other kind.
 func meta() Meta {
 	return Meta{Cluster: "prod", Namespace: "web", Pod: "api-0", Container: "app",
-		User: "ada", Session: "s-1", Command: "sh -c date", Start: t0}
+		User: "ada", Session: "s-1", Command: "sh -c date", Start: t0, TTY: true}
 }
 
 func TestWriterSession(t *testing.T) {
@@ -51,7 +53,7 @@ func TestWriterSession(t *testing.T) {
 			t.Fatalf("step %d: %v", i, err)
 		}
 	}
-	want := `{"version":3,"term":{"cols":120,"rows":40},"timestamp":1795953600,"command":"sh -c date","title":"ada@prod web/api-0/app","env":{"LIMEN_CLUSTER":"prod","LIMEN_CONTAINER":"app","LIMEN_NAMESPACE":"web","LIMEN_POD":"api-0","LIMEN_SESSION":"s-1","LIMEN_USER":"ada"}}
+	want := `{"version":3,"term":{"cols":120,"rows":40},"timestamp":1795953600,"command":"sh -c date","title":"ada@prod web/api-0/app","env":{"LIMEN_CLUSTER":"prod","LIMEN_CONTAINER":"app","LIMEN_NAMESPACE":"web","LIMEN_POD":"api-0","LIMEN_SESSION":"s-1","LIMEN_TTY":"true","LIMEN_USER":"ada"}}
 [0.250, "o", "caf"]
 [1.000, "o", "é\r\n"]
 [1.500, "r", "90x30"]

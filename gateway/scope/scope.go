@@ -11,7 +11,10 @@
 // The matcher reads the request as the API server classified it
 // (reqinfo.Info, from the one canonical path kpath parsed), so the verb is
 // the request's, not its method's: a watch is not a list and deleting a
-// collection is not deleting an object.
+// collection is not deleting an object. Where the API server checks more
+// than the classified verb (create as well as get for the WebSocket upgrade
+// of exec, attach and port-forward), so does the matcher: the scope of a
+// stream is decided with the API server's verbs, whatever its transport.
 package scope
 
 import (
@@ -160,20 +163,59 @@ func (sc *Scope) Allows(info *reqinfo.Info, path string) bool {
 		}
 		return false
 	}
-	bit := verbBit(info.Verb)
-	if bit == 0 {
+	need := requiredVerbs(info)
+	if need == 0 {
 		return false
 	}
+	// Each verb the API server checks may come from another entry, as each
+	// of its authorizations may come from another RBAC rule.
+	var have verb
 	for i := range sc.rules {
-		if sc.rules[i].matches(info, bit) {
-			return true
+		if sc.rules[i].matches(info) {
+			if have |= sc.rules[i].verbs & need; have == need {
+				return true
+			}
 		}
 	}
 	return false
 }
 
-func (r *rule) matches(info *reqinfo.Info, bit verb) bool {
-	if r.verbs&bit == 0 || r.resource != info.Resource || r.group != info.APIGroup || r.version != info.APIVersion {
+// requiredVerbs is every verb the API server authorizes for the request.
+// That is the classified verb, and for a GET of pods/exec, pods/attach or
+// pods/portforward also create: a WebSocket upgrade (kubectl 1.30 and
+// later) is a GET, which RequestInfo calls get, and kube-apiserver 1.35
+// and later then checks create too, in the subresource's handler (feature
+// gate AuthorizePodWebsocketUpgradeCreatePermission, on by default). Over
+// SPDY the same stream is a POST, classified create: one verb. An older
+// API server, or one with the gate off, opens the upgrade on get alone;
+// the scope asks for create all the same, the verb RBAC authors write for
+// exec, so that listing get never opens a stream that create would not.
+func requiredVerbs(info *reqinfo.Info) verb {
+	bit := verbBit(info.Verb)
+	if bit == verbGet && isConnect(info) {
+		bit |= verbCreate
+	}
+	return bit
+}
+
+// isConnect reports whether info names a pods subresource that opens a
+// stream (exec, attach, portforward), which the API server authorizes as
+// create whatever the transport.
+func isConnect(info *reqinfo.Info) bool {
+	if info == nil || !info.IsResourceRequest || info.APIGroup != "" || info.Resource != "pods" {
+		return false
+	}
+	switch info.Subresource {
+	case "exec", "attach", "portforward":
+		return true
+	}
+	return false
+}
+
+// matches reports whether the entry covers the request's resource,
+// subresource and namespace; the verbs are Allows' business.
+func (r *rule) matches(info *reqinfo.Info) bool {
+	if r.resource != info.Resource || r.group != info.APIGroup || r.version != info.APIVersion {
 		return false
 	}
 	if info.Subresource != "" && !contains(r.subresources, info.Subresource) {
@@ -214,7 +256,11 @@ func Refusal(client string, info *reqinfo.Info, path string) string {
 		if info.APIGroup != "" {
 			gv = info.APIGroup + "/" + gv
 		}
-		what = info.Verb + " " + res + " (" + gv + ")"
+		verbs := info.Verb
+		if requiredVerbs(info) == verbGet|verbCreate {
+			verbs = "get and create" // what the API server checks for this upgrade
+		}
+		what = verbs + " " + res + " (" + gv + ")"
 		if info.Namespace != "" {
 			what += " in namespace " + info.Namespace
 		}

@@ -268,3 +268,90 @@ func BenchmarkAllowsRefused(b *testing.B) {
 		}
 	}
 }
+
+// streams is a scope document for the verbs of exec, attach and
+// port-forward: one client per verb list a scope or an RBAC author might
+// write for the three subresources, each also allowed to get the pod.
+const streams = `{
+  "get-only":    {"scope": [{"group": "", "version": "v1", "resource": "pods", "subresources": ["exec", "attach", "portforward"], "namespaces": ["a"], "verbs": ["get"]}]},
+  "create-only": {"scope": [{"group": "", "version": "v1", "resource": "pods", "subresources": ["exec", "attach", "portforward"], "namespaces": ["a"], "verbs": ["create"]}]},
+  "both":        {"scope": [{"group": "", "version": "v1", "resource": "pods", "subresources": ["exec", "attach", "portforward"], "namespaces": ["a"], "verbs": ["get", "create"]}]},
+  "split": {"scope": [
+    {"group": "", "version": "v1", "resource": "pods", "subresources": ["exec", "attach", "portforward"], "namespaces": ["a"], "verbs": ["get"]},
+    {"group": "", "version": "v1", "resource": "pods", "subresources": ["exec", "attach", "portforward"], "namespaces": ["a"], "verbs": ["create"]}]},
+  "split-namespaces": {"scope": [
+    {"group": "", "version": "v1", "resource": "pods", "subresources": ["exec", "attach", "portforward"], "namespaces": ["a"], "verbs": ["get"]},
+    {"group": "", "version": "v1", "resource": "pods", "subresources": ["exec", "attach", "portforward"], "namespaces": ["b"], "verbs": ["create"]}]},
+  "exec-only": {"scope": [{"group": "", "version": "v1", "resource": "pods", "subresources": ["exec"], "namespaces": ["a"], "verbs": ["get", "create"]}]},
+  "star":      {"scope": [{"group": "", "version": "v1", "resource": "pods", "subresources": ["exec", "attach", "portforward"], "namespaces": ["a"], "verbs": ["*"]}]}
+}`
+
+// TestStreamsTakeTheAPIServersVerbs: exec, attach and port-forward are
+// decided with the verbs kube-apiserver authorizes for them. Over SPDY
+// they are a POST, classified create, and RBAC checks create. Over
+// WebSocket (kubectl 1.30 and later for exec and attach, 1.31 for
+// port-forward) they are a GET, classified get; the API server checks get
+// and then, in the subresource's handler, create as well. test/e2e's
+// TestScopeStreamVerbs shows the API server answering so for the same
+// verb lists; this is the matcher's half.
+func TestStreamsTakeTheAPIServersVerbs(t *testing.T) {
+	set := mustSet(t, streams)
+	// want: allowed over SPDY (POST), allowed over WebSocket (GET).
+	for _, c := range []struct {
+		client   string
+		spdy, ws bool
+	}{
+		{client: "get-only", spdy: false, ws: false},
+		{client: "create-only", spdy: true, ws: false},
+		{client: "both", spdy: true, ws: true},
+		{client: "split", spdy: true, ws: true},
+		{client: "split-namespaces", spdy: false, ws: false},
+		{client: "star", spdy: true, ws: true},
+	} {
+		sc, ok := set.Client(c.client)
+		if !ok {
+			t.Fatalf("client %s not registered", c.client)
+		}
+		for _, sub := range []string{"exec?command=sh&stdout=true", "attach?stdout=true", "portforward?ports=80"} {
+			for method, want := range map[string]bool{http.MethodPost: c.spdy, http.MethodGet: c.ws} {
+				info, path := classify(t, method, "/api/v1/namespaces/a/pods/web/"+sub)
+				if got := sc.Allows(info, path); got != want {
+					t.Errorf("%s %s as %s (classified %s): Allows = %v, want %v", method, sub, c.client, info.Verb, got, want)
+				}
+			}
+		}
+	}
+	// create for one subresource is not create for another.
+	sc, _ := set.Client("exec-only")
+	for _, target := range []string{"/api/v1/namespaces/a/pods/web/attach", "/api/v1/namespaces/a/pods/web/portforward"} {
+		for _, method := range []string{http.MethodGet, http.MethodPost} {
+			if info, path := classify(t, method, target); sc.Allows(info, path) {
+				t.Errorf("%s %s through exec-only: allowed", method, target)
+			}
+		}
+	}
+	// Other GETs of pods keep their one verb.
+	sc, _ = set.Client("get-only")
+	for _, target := range []string{"/api/v1/namespaces/a/pods/web"} {
+		if info, path := classify(t, http.MethodGet, target); !sc.Allows(info, path) {
+			t.Errorf("GET %s through get-only: refused", target)
+		}
+	}
+	sc, _ = mustSet(t, coffee).Client("coffee-menu")
+	if info, path := classify(t, http.MethodGet, "/api/v1/namespaces/team-a/pods/web/log?follow=true"); !sc.Allows(info, path) {
+		t.Error("logs (get pods/log) now need create too")
+	}
+}
+
+// TestStreamRefusalNamesBothVerbs: refusing a WebSocket exec says which
+// verbs the scope would have to list.
+func TestStreamRefusalNamesBothVerbs(t *testing.T) {
+	info, path := classify(t, http.MethodGet, "/api/v1/namespaces/a/pods/web/exec?command=sh")
+	if msg := Refusal("app", info, path); !strings.HasPrefix(msg, "get and create pods/exec (v1) in namespace a is "+Phrase) {
+		t.Fatalf("Refusal = %q", msg)
+	}
+	info, path = classify(t, http.MethodPost, "/api/v1/namespaces/a/pods/web/exec?command=sh")
+	if msg := Refusal("app", info, path); !strings.HasPrefix(msg, "create pods/exec (v1) in namespace a is "+Phrase) {
+		t.Fatalf("Refusal = %q", msg)
+	}
+}

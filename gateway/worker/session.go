@@ -7,10 +7,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/limenhq/limen/gateway/audit"
 	"github.com/limenhq/limen/gateway/recording"
@@ -121,7 +124,7 @@ func (x *exchange) openSession(ctx context.Context) (*session, *refusal) {
 		s.tap.rec = recording.NewCappedWriter(f, recording.Meta{
 			Cluster: h.Cluster.Name, Namespace: info.Namespace, Pod: info.Name, Container: s.body.Container,
 			User: g.Principal.QualifiedName(), Session: sid, Command: strings.Join(s.body.Command, " "),
-			Start: s.start,
+			Start: s.start, TTY: ttyOption(q),
 		}, cmp.Or(h.RecordingMaxBytes, recording.DefaultMaxBytes))
 	}
 	if err := s.emit(ctx, audit.TypeSessionStart, s.body); err != nil {
@@ -131,6 +134,16 @@ func (x *exchange) openSession(ctx context.Context) (*session, *refusal) {
 			msg: "Limen's audit trail is unavailable, so the session was not started; try again later"}
 	}
 	return s, nil
+}
+
+// ttyOption reads the tty option of an exec or attach as the API server's
+// parameter conversion does (the first value; absent, "0" or "false" in any
+// case is false, anything else true), so that the recording knows whether
+// the output came through a terminal.
+func ttyOption(q url.Values) bool {
+	v, tty := q["tty"], false
+	_ = runtime.Convert_Slice_string_To_bool(&v, &tty, nil) // never fails
+	return tty
 }
 
 // spoolFullMessage tells the user that the worker's spool has no room, so

@@ -102,6 +102,14 @@ func scopeData(ns string) map[string]any {
 // that take their policy from it (each its own snapshot, as in production).
 func startScopeGateway(t *testing.T, ns string) *gatewaytest.Env {
 	t.Helper()
+	return startScopeGatewayWith(t, ns, nil)
+}
+
+// startScopeGatewayWith is startScopeGateway with more clients: clients,
+// if not nil, may add to scopeData's data.limen.config.clients; each added
+// client is served the scoped role (adminGroup).
+func startScopeGatewayWith(t *testing.T, ns string, clients func(map[string]any)) *gatewaytest.Env {
+	t.Helper()
 	c := clustertest.Cluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -153,7 +161,23 @@ func startScopeGateway(t *testing.T, ns string) *gatewaytest.Env {
 	}
 
 	dir := t.TempDir()
-	bundle := signedBundle(t, ctx, dir, scopeData(ns))
+	data := scopeData(ns)
+	if clients != nil {
+		cfg := data["limen"].(map[string]any)["config"].(map[string]any)
+		registry := cfg["clients"].(map[string]any)
+		before := map[string]bool{}
+		for name := range registry {
+			before[name] = true
+		}
+		clients(registry)
+		scoped := cfg["roles"].(map[string]any)["scoped"].(map[string]any)
+		for name := range registry {
+			if !before[name] {
+				scoped["clients"] = append(scoped["clients"].([]any), name)
+			}
+		}
+	}
+	bundle := signedBundle(t, ctx, dir, data)
 	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/gzip")
 		_, _ = w.Write(bundle)
@@ -215,9 +239,11 @@ func signedBundle(t *testing.T, ctx context.Context, dir string, data map[string
 func appKubeconfig(t *testing.T, e *gatewaytest.Env, app string) string {
 	t.Helper()
 	ctx := context.Background()
-	scopeLogin.Do(func() { _, scopeLogin.err = e.Login(ctx, "alice") })
-	if scopeLogin.err != nil {
-		t.Fatal(scopeLogin.err)
+	once, _ := scopeLogins.LoadOrStore(e, &scopeLogin{})
+	login := once.(*scopeLogin)
+	login.Do(func() { _, login.err = e.Login(ctx, "alice") })
+	if login.err != nil {
+		t.Fatal(login.err)
 	}
 	args := []string{"kube", "login", gatewaytest.ClusterName}
 	if app != "" {
@@ -236,7 +262,11 @@ func appKubeconfig(t *testing.T, e *gatewaytest.Env, app string) string {
 	return ""
 }
 
-var scopeLogin struct {
+// scopeLogins holds a scopeLogin per Env: each Env's proxy signs alice in
+// once.
+var scopeLogins sync.Map
+
+type scopeLogin struct {
 	sync.Once
 	err error
 }

@@ -15,9 +15,10 @@ const binaryOutput = `printf 'caf\303\251 \342\234\223 \033[1mbold\033[0m\t"q" \
 
 // TestRecordingOfBinaryOutputPlays records a command that prints text and
 // random binary bytes, and checks the recording against what kubectl
-// printed: our reader gives the text byte for byte and each byte that is
-// not UTF-8 as U+FFFD, asciinema-player reads the same, and the recording
-// is compact (raw U+FFFD, not its six-byte escape).
+// printed: our reader gives the text byte for byte (each line feed as a
+// terminal showed it, since the exec has no tty) and each byte that is not
+// UTF-8 as U+FFFD, asciinema-player reads the same, and the recording is
+// compact (raw U+FFFD, not its six-byte escape).
 func TestRecordingOfBinaryOutputPlays(t *testing.T) {
 	kc := userKubeconfig(t, "alice")
 	ns := clustertest.Namespace(t)
@@ -32,11 +33,11 @@ func TestRecordingOfBinaryOutputPlays(t *testing.T) {
 			ev := waitSessionEnd(t, "alice", "binary", sessionCommand(marker))
 			rec := fetchRecording(t, ev.SessionID)
 			_, evs := castEvents(t, rec)
-			if got, want := castOutput(evs), replaceInvalid(out); got != want {
-				t.Fatalf("recorded output (%d bytes) is not what kubectl printed (%d bytes) with U+FFFD for each byte that is not UTF-8",
+			if got, want := castOutput(evs), shownByTerminal(replaceInvalid(out)); got != want {
+				t.Fatalf("recorded output (%d bytes) is not what kubectl printed (%d bytes) with U+FFFD for each byte that is not UTF-8 and \\r\\n for each bare line feed",
 					len(got), len(want))
 			}
-			if text := "caf\u00e9 \u2713 \x1b[1mbold\x1b[0m\t\"q\" \\\\ \b\f\n"; !strings.HasPrefix(castOutput(evs), text) {
+			if text := "caf\u00e9 \u2713 \x1b[1mbold\x1b[0m\t\"q\" \\\\ \b\f\r\n"; !strings.HasPrefix(castOutput(evs), text) {
 				t.Errorf("the text before the binary bytes is not recorded as it was printed")
 			}
 			if strings.Contains(string(rec), `\ufffd`) {
@@ -50,7 +51,7 @@ func TestRecordingOfBinaryOutputPlays(t *testing.T) {
 				t.Errorf("the recording is %.2f times the output; binary output should take about 2.4", ratio)
 			}
 			v := validateCast(t, rec)
-			if !strings.HasSuffix(v.Output, "\nthe end\n") {
+			if !strings.HasSuffix(v.Output, "\r\nthe end\r\n") {
 				t.Errorf("asciinema-player's output ends %q", v.Output[max(0, len(v.Output)-20):])
 			}
 		})

@@ -153,6 +153,21 @@ func castEvents(t *testing.T, b []byte) (recording.Header, []recording.Event) {
 	}
 }
 
+// shownByTerminal is output as a terminal shows it: each line feed not
+// after a carriage return as "\r\n" (onlcr). It is what a recording holds
+// of the output of a session without a tty, whose bare line feeds kubectl
+// prints as they are.
+func shownByTerminal(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\n' && (i == 0 || s[i-1] != '\r') {
+			b.WriteByte('\r')
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
 // castOutput joins the output events of a recording.
 func castOutput(evs []recording.Event) string {
 	var b strings.Builder

@@ -106,7 +106,7 @@ func checkNothingLost(t *testing.T, e *gatewaytest.Env, id, printed string) {
 	}
 	_, evs := castEvents(t, fetchRecordingIn(t, e.ProxyDataDir(), id))
 	rec := castOutput(evs)
-	if printed == "" || !strings.HasPrefix(rec, printed) {
+	if printed == "" || !strings.HasPrefix(rec, shownByTerminal(printed)) {
 		t.Fatalf("the recording of session %s holds %d bytes of output, not all the %d kubectl printed:\nrecorded %q\nprinted  %q",
 			id, len(rec), len(printed), tail(rec), tail(printed))
 	}
