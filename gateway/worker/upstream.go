@@ -33,17 +33,10 @@ func InClusterAPIServer() string {
 // https only, TLS 1.2 or later (client-go's default), the given CA, and no
 // client-side rate limit, so users are never throttled by the worker.
 func Upstream(apiServer, caFile string) (*url.URL, http.RoundTripper, error) {
-	u, err := url.Parse(apiServer)
-	if err != nil || u.Host == "" {
-		return nil, nil, fmt.Errorf("kube-api-server %q: not a URL; want https://HOST:PORT", apiServer)
+	u, err := ParseAPIServer(apiServer)
+	if err != nil {
+		return nil, nil, err
 	}
-	if u.Scheme != "https" {
-		return nil, nil, fmt.Errorf("kube-api-server %q: Limen talks to the API server only over TLS; use https://", apiServer)
-	}
-	if u.Path != "" && u.Path != "/" {
-		return nil, nil, fmt.Errorf("kube-api-server %q: must not carry a path", apiServer)
-	}
-	u.Path = ""
 	if _, err := os.Stat(caFile); err != nil {
 		return nil, nil, fmt.Errorf("kube-ca-file: %w", err)
 	}
@@ -58,6 +51,25 @@ func Upstream(apiServer, caFile string) (*url.URL, http.RoundTripper, error) {
 		return nil, nil, fmt.Errorf("kube-ca-file %s: %w", caFile, err)
 	}
 	return u, rt, nil
+}
+
+// ParseAPIServer checks the kube-api-server setting: an https URL with a
+// host and no path. It is the one check, run by cmd before the worker
+// enrolls (a refused URL must not cost the join token) and by Upstream.
+func ParseAPIServer(apiServer string) (*url.URL, error) {
+	u, err := url.Parse(apiServer)
+	if err != nil || u.Host == "" {
+		return nil, fmt.Errorf("kube-api-server %q: not a URL; want https://HOST:PORT", apiServer)
+	}
+	if u.Scheme != "https" {
+		// The ServiceAccount token would travel in clear.
+		return nil, fmt.Errorf("kube-api-server %q: Limen talks to the API server only over TLS; use https://", apiServer)
+	}
+	if u.Path != "" && u.Path != "/" {
+		return nil, fmt.Errorf("kube-api-server %q: must not carry a path", apiServer)
+	}
+	u.Path = ""
+	return u, nil
 }
 
 // offerDecodable rewrites an upgrade request so the API server can only
