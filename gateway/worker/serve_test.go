@@ -73,7 +73,7 @@ type bench struct {
 	h      *worker.Handler
 	key    ed25519.PrivateKey
 	spool  string
-	caFile string // verifies the stand-in API server
+	caFile string                                       // verifies the stand-in API server
 	answer func(w http.ResponseWriter, r *http.Request) // the stand-in's answer; default 200 JSON
 
 	mu     sync.Mutex
