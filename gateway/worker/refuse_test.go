@@ -108,3 +108,56 @@ func TestUndecodableUpgradeIsA502(t *testing.T) {
 		t.Fatalf("session.end %+v, want decode_failed naming the protocol, and no recording", end)
 	}
 }
+
+// TestOffersOnlyBinaryWebSocketProtocols: the API server is offered only
+// the WebSocket protocols the worker decodes, in the client's order, and
+// never a compression extension; a client that offers none of them gets a
+// 400 that names them, and the API server never sees its request, so no
+// command runs that Limen could not record. The stand-in API server only
+// records what it was offered and refuses the upgrade.
+func TestOffersOnlyBinaryWebSocketProtocols(t *testing.T) {
+	for _, tt := range []struct {
+		name, offer string
+		upstream    string // the offer the API server sees; "" refused
+	}{
+		{"binary", "v5.channel.k8s.io, v4.channel.k8s.io", "v5.channel.k8s.io, v4.channel.k8s.io"},
+		{"base64 first", "base64.channel.k8s.io, v4.channel.k8s.io", "v4.channel.k8s.io"},
+		{"versioned base64 first", "v5.base64.channel.k8s.io, v4.base64.channel.k8s.io, v4.channel.k8s.io", "v4.channel.k8s.io"},
+		{"only base64", "base64.channel.k8s.io", ""},
+		{"only versioned base64", "v4.base64.channel.k8s.io", ""},
+		{"unversioned binary", "channel.k8s.io", ""},
+		{"none", "", ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			b := newBench(t)
+			var offered, extensions []string
+			b.answer = func(w http.ResponseWriter, r *http.Request) {
+				offered, extensions = r.Header.Values("Sec-WebSocket-Protocol"), r.Header.Values("Sec-WebSocket-Extensions")
+				http.Error(w, "stand-in: no upgrade", http.StatusForbidden)
+			}
+			req := upgrade(execPath)
+			req.Header.Del("Sec-WebSocket-Protocol")
+			if tt.offer != "" {
+				req.Header.Set("Sec-WebSocket-Protocol", tt.offer)
+			}
+			req.Header.Set("Sec-WebSocket-Extensions", "permessage-deflate; client_max_window_bits")
+			tok, _ := b.grant(nil)
+			ev, resp, body := b.serve(tok, req)
+			if tt.upstream == "" {
+				if resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, "v5.channel.k8s.io") || ev.Kube.Status != http.StatusBadRequest {
+					t.Fatalf("%d %s (audit %+v), want a 400 that names the protocols Limen relays", resp.StatusCode, body, ev.Kube)
+				}
+				if n := len(b.seen()); n != 0 {
+					t.Fatalf("the API server saw %d requests", n)
+				}
+				for _, e := range b.stored() {
+					t.Fatalf("a refused exec stored %s", e.Type)
+				}
+				return
+			}
+			if len(b.seen()) != 1 || strings.Join(offered, ", ") != tt.upstream || len(extensions) != 0 {
+				t.Fatalf("the API server was offered %q with extensions %q; want %q and none", offered, extensions, tt.upstream)
+			}
+		})
+	}
+}

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"k8s.io/client-go/rest"
+
+	"github.com/limenhq/limen/gateway/stream/ws"
 )
 
 // In-cluster defaults for the API server, its CA and the worker's token.
@@ -73,24 +75,60 @@ func ParseAPIServer(apiServer string) (*url.URL, error) {
 }
 
 // offerDecodable rewrites an upgrade request so the API server can only
-// agree to a protocol the worker decodes: the base64 WebSocket channel
-// protocols are dropped and no WebSocket extension (compression) is offered.
-// SPDY's X-Stream-Protocol-Version offers are kept as they are.
+// agree to a protocol the worker decodes: of the WebSocket protocols only
+// those ws.ModeFor knows (the binary channel protocols v4 and v5 and SPDY
+// inside WebSocket) are kept, in the client's order, and no WebSocket
+// extension (compression) is offered. SPDY's X-Stream-Protocol-Version
+// offers are kept as they are.
 func offerDecodable(h http.Header) {
 	h.Del("Sec-WebSocket-Extensions")
-	var keep []string
-	for _, v := range h.Values("Sec-WebSocket-Protocol") {
-		for _, p := range strings.Split(v, ",") {
-			p = strings.TrimSpace(p)
-			if p != "" && !strings.HasPrefix(strings.ToLower(p), "base64.") {
-				keep = append(keep, p)
-			}
-		}
-	}
+	keep := decodableProtocols(h)
 	h.Del("Sec-WebSocket-Protocol")
 	if len(keep) > 0 {
 		h.Set("Sec-WebSocket-Protocol", strings.Join(keep, ", "))
 	}
+}
+
+// decodableProtocols are the WebSocket protocols a request offers that the
+// worker decodes, in the order offered.
+func decodableProtocols(h http.Header) []string {
+	var keep []string
+	for _, v := range h.Values("Sec-WebSocket-Protocol") {
+		for _, p := range strings.Split(v, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				if _, err := ws.ModeFor(p); err == nil {
+					keep = append(keep, p)
+				}
+			}
+		}
+	}
+	return keep
+}
+
+// undecodableOffer is the refusal of a WebSocket upgrade that offers no
+// protocol the worker decodes: whatever the API server chose, Limen could
+// not record it, so the request must not reach the API server at all (the
+// command would run). nil for any other request.
+func undecodableOffer(h http.Header) *refusal {
+	if !strings.EqualFold(strings.TrimSpace(h.Get("Upgrade")), "websocket") || len(decodableProtocols(h)) > 0 {
+		return nil
+	}
+	offered := strings.Join(h.Values("Sec-WebSocket-Protocol"), ", ")
+	if offered == "" {
+		offered = "none"
+	}
+	return &refusal{code: http.StatusBadRequest, msg: fmt.Sprintf("Limen relays WebSocket streams only with the binary protocols %s, %s and %s, "+
+		"which it can record; this client offered %s. Use a client that offers one of them, as kubectl does",
+		ws.ProtocolV5, ws.ProtocolV4, ws.ProtocolSPDYTunnel, clipOffer(offered))}
+}
+
+// clipOffer bounds the client's offer quoted back in a refusal.
+func clipOffer(s string) string {
+	const max = 200
+	if len(s) > max {
+		return s[:max] + "…"
+	}
+	return s
 }
 
 func (h *Handler) upgradeTransport() http.RoundTripper {
