@@ -140,7 +140,14 @@ func (s *session) refuse(err error) {
 	}
 	s.mu.Unlock()
 	_ = s.up.Close()
+	// The stream is over: the client's direction drains what the client
+	// still sends (relay.Run) only for refusedDrain, time for it to read
+	// why, so that a client that never hangs up cannot keep it open.
+	_ = s.x.stream.SetReadDeadline(time.Now().Add(refusedDrain))
 }
+
+// refusedDrain is how long a refused stream still reads its client.
+const refusedDrain = 2 * time.Second
 
 // clientFlow copies the client's bytes to the API server, feeding every
 // chunk to the client decoder first.

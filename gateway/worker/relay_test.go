@@ -469,3 +469,29 @@ func TestTapPortDataAllocatesOncePerPort(t *testing.T) {
 		t.Errorf("ports = %v, want [5432 8080]", ports)
 	}
 }
+
+// TestRelayMalformedClientFrame: a client frame the decoder refuses (a
+// reserved opcode) is not relayed; the stream ends decode_failed with the
+// decoder's reason, and the API server's connection is closed.
+func TestRelayMalformedClientFrame(t *testing.T) {
+	hdr := http.Header{"Upgrade": {"websocket"}, "Sec-Websocket-Protocol": {"v5.channel.k8s.io"}}
+	r := startRig(t, string(sessions.KindExec), hdr)
+	bad := []byte{0x83, 0x80, 1, 2, 3, 4} // masked, final, opcode 0x3, no payload
+	if _, err := r.client.Write(bad); err != nil {
+		t.Fatal(err)
+	}
+	_ = r.api.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if b, err := io.ReadAll(r.api); len(b) != 0 || err != nil {
+		t.Fatalf("the API server read %q (%v); want nothing and its connection closed", b, err)
+	}
+	// The client is told, and the stream ends although this client never
+	// hangs up.
+	_ = r.client.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if b, err := io.ReadAll(r.client); err != nil || !bytes.Contains(b, []byte("could not decode")) {
+		t.Fatalf("the client read %q (%v); want Limen's failure status and the end of the stream", b, err)
+	}
+	e := r.wait(t)
+	if e.reason != audit.EndDecodeFailed || e.err == nil || !strings.Contains(e.err.Error(), "reserved opcode") {
+		t.Fatalf("ended %+v, want decode_failed naming the reserved opcode", e)
+	}
+}
