@@ -222,4 +222,3 @@ func spooledRecording(t *testing.T, h *hops, id string) []byte {
 		}
 	}
 }
-
