@@ -169,6 +169,14 @@ func runWorker(cmd *cobra.Command, _ []string) error {
 	if err != nil {
 		return err
 	}
+	// So is the API server (an http:// URL above all), unless the worker
+	// only enrolls, which needs none.
+	var kc workerKubeConfig
+	if !v.GetBool("enroll-only") {
+		if kc, err = loadWorkerKubeConfig(v); err != nil {
+			return err
+		}
+	}
 	w, err := workerIdentity(cmd, c)
 	if err != nil {
 		return err
@@ -177,10 +185,6 @@ func runWorker(cmd *cobra.Command, _ []string) error {
 		w.Cluster, w.Proxy, w.NotAfter().Local().Format(time.RFC1123))
 	if v.GetBool("enroll-only") {
 		return nil
-	}
-	kc, err := loadWorkerKubeConfig(v)
-	if err != nil {
-		return err
 	}
 	s, err := worker.New(cmd.Context(), worker.Config{
 		Identity: w, DataDir: c.DataDir,
@@ -239,6 +243,9 @@ func loadWorkerKubeConfig(v *viper.Viper) (workerKubeConfig, error) {
 	}
 	if c.APIServer == "" {
 		return c, fmt.Errorf("kube-api-server: required outside a pod; set --kube-api-server https://HOST:PORT")
+	}
+	if _, err := worker.ParseAPIServer(c.APIServer); err != nil {
+		return c, err
 	}
 	if c.TokenFile == "" {
 		return c, fmt.Errorf("kube-token-file: required")

@@ -81,7 +81,7 @@ func TestRoutingByServerName(t *testing.T) {
 	for _, c := range clients {
 		for _, tt := range tests {
 			if c.alpn == nil && tt.code == 404 {
-				continue // a connection without ALPN reaches only /k8s/ and /console/ (port_test)
+				continue // a connection without ALPN reaches only /k8s/ and /console/ (TestNoALPNReachesOnlyKubeAndConsole)
 			}
 			cfg := r.tlsConfig(t, &admin, time.Hour, c.alpn...)
 			cfg.ServerName = tt.serverName // verified: the serving certificate must cover it

@@ -140,7 +140,24 @@ func (s *session) refuse(err error) {
 	}
 	s.mu.Unlock()
 	_ = s.up.Close()
+	// The stream is over: the client's direction drains what the client
+	// still sends (relay.Run) only for refusedDrain, time for it to read
+	// why, so that a client that never hangs up cannot keep it open.
+	_ = s.x.stream.SetReadDeadline(time.Now().Add(refusedDrain))
 }
+
+// isRefused reports whether the stream was refused (refuse).
+func (s *session) isRefused() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.refused != nil
+}
+
+// errRefused ends the server direction of a refused stream.
+var errRefused = errors.New("the stream was refused")
+
+// refusedDrain is how long a refused stream still reads its client.
+const refusedDrain = 2 * time.Second
 
 // clientFlow copies the client's bytes to the API server, feeding every
 // chunk to the client decoder first.
@@ -257,6 +274,12 @@ func (s *session) relayFrames(dst io.Writer, src io.Reader) error {
 			}
 		}
 		nr, rerr := src.Read(buf[n:])
+		if nr > 0 && s.isRefused() {
+			// What the API server sends once the stream is refused (its
+			// answer to the worker's close, as TLS closes) is not relayed:
+			// the client gets the refusal, never a clean end.
+			return s.serverEnded(dst, errRefused, relayed == boundary, n)
+		}
 		if nr > 0 {
 			if _, err := dec.Write(buf[n : n+nr]); err != nil {
 				s.refuse(err)

@@ -469,3 +469,80 @@ func TestTapPortDataAllocatesOncePerPort(t *testing.T) {
 		t.Errorf("ports = %v, want [5432 8080]", ports)
 	}
 }
+
+// TestRelayMalformedClientFrame: a client frame the decoder refuses (a
+// reserved opcode) is not relayed; the stream ends decode_failed with the
+// decoder's reason, and the API server's connection is closed.
+func TestRelayMalformedClientFrame(t *testing.T) {
+	hdr := http.Header{"Upgrade": {"websocket"}, "Sec-Websocket-Protocol": {"v5.channel.k8s.io"}}
+	r := startRig(t, string(sessions.KindExec), hdr)
+	bad := []byte{0x83, 0x80, 1, 2, 3, 4} // masked, final, opcode 0x3, no payload
+	if _, err := r.client.Write(bad); err != nil {
+		t.Fatal(err)
+	}
+	_ = r.api.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if b, err := io.ReadAll(r.api); len(b) != 0 || err != nil {
+		t.Fatalf("the API server read %q (%v); want nothing and its connection closed", b, err)
+	}
+	// The client is told, and the stream ends although this client never
+	// hangs up.
+	_ = r.client.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if b, err := io.ReadAll(r.client); err != nil || !bytes.Contains(b, []byte("could not decode")) {
+		t.Fatalf("the client read %q (%v); want Limen's failure status and the end of the stream", b, err)
+	}
+	e := r.wait(t)
+	if e.reason != audit.EndDecodeFailed || e.err == nil || !strings.Contains(e.err.Error(), "reserved opcode") {
+		t.Fatalf("ended %+v, want decode_failed naming the reserved opcode", e)
+	}
+}
+
+// halfCloser is the API server connection as TLS closes it: Close sends
+// the close_notify (a half-close here) before the socket is gone, and in
+// that window the API server may still answer, as the real one does with
+// a normal close frame.
+type halfCloser struct{ *net.TCPConn }
+
+func (h halfCloser) Close() error { return h.CloseWrite() }
+
+// TestRelayRefusedStreamRelaysNothingMore: once the client's frame is
+// refused, what the API server still sends (its close frame, answering
+// the worker's close) is not relayed: the client gets Limen's failure
+// status, never a clean close it could take for success.
+func TestRelayRefusedStreamRelaysNothingMore(t *testing.T) {
+	hdr := http.Header{"Upgrade": {"websocket"}, "Sec-Websocket-Protocol": {"v5.channel.k8s.io"}}
+	client, tunnelEnd := tcpPair(t)
+	upEnd, api := tcpPair(t)
+	h := &Handler{Logger: slog.New(slog.DiscardHandler), Now: time.Now, Backlog: Backlog{Dir: t.TempDir()}}
+	x := &exchange{h: h, stream: tunnelEnd, br: bufio.NewReader(tunnelEnd)}
+	s := &session{x: x, login: string(sessions.KindExec), tap: &tap{ports: map[string]bool{}}}
+	pair, err := decode.ForResponse(hdr, s.tap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan string, 1)
+	go func() {
+		reason, _ := s.relay(context.Background(), upstream{ReadWriteCloser: halfCloser{upEnd}, conn: upEnd}, pair)
+		done <- reason
+	}()
+	// The API server answers the worker's close with a normal close frame.
+	go func() {
+		_, _ = io.Copy(io.Discard, api)
+		_, _ = api.Write([]byte{0x88, 0x02, 0x03, 0xe8})
+		_ = api.CloseWrite()
+	}()
+	if _, err := client.Write([]byte{0x83, 0x80, 1, 2, 3, 4}); err != nil {
+		t.Fatal(err)
+	}
+	_ = client.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if b, err := io.ReadAll(client); err != nil || !bytes.Contains(b, []byte("could not decode")) {
+		t.Fatalf("the client read %q (%v); want Limen's failure status", b, err)
+	}
+	select {
+	case reason := <-done:
+		if reason != audit.EndDecodeFailed {
+			t.Fatalf("ended %s, want decode_failed", reason)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the relay did not end")
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"io"
+	"net"
 	"testing"
 	"testing/iotest"
 
@@ -87,7 +88,9 @@ func TestEndReasonAfterAnOutsideEnd(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx, cancel := context.WithCancelCause(context.Background())
-			s := &session{up: nopCloser{}}
+			client, _ := net.Pipe()
+			defer client.Close()
+			s := &session{up: nopCloser{}, x: &exchange{stream: client}}
 			if !tt.late {
 				s.refuse(bad)
 			}

@@ -73,6 +73,7 @@ type bench struct {
 	h      *worker.Handler
 	key    ed25519.PrivateKey
 	spool  string
+	caFile string                                       // verifies the stand-in API server
 	answer func(w http.ResponseWriter, r *http.Request) // the stand-in's answer; default 200 JSON
 
 	mu     sync.Mutex
@@ -106,6 +107,7 @@ func newBench(t *testing.T) *bench {
 	if err != nil {
 		t.Fatal(err)
 	}
+	b.caFile = caFile
 	b.spool = filepath.Join(t.TempDir(), "spool")
 	spool, err := recording.OpenSpool(b.spool)
 	if err != nil {

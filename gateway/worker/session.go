@@ -81,6 +81,9 @@ func (x *exchange) openSession(ctx context.Context) (*session, *refusal) {
 		return nil, &refusal{code: http.StatusBadRequest,
 			msg: "Limen relays upgraded connections only for pods/exec, pods/attach and pods/portforward"}
 	}
+	if rf := undecodableOffer(x.req.Header); x.upgrading && rf != nil {
+		return nil, rf
+	}
 	if h.Events == nil {
 		return nil, &refusal{code: http.StatusServiceUnavailable,
 			msg: "this Limen worker cannot audit sessions (no event channel to the proxy); ask your operator"}

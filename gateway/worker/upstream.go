@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"k8s.io/client-go/rest"
+
+	"github.com/limenhq/limen/gateway/stream/ws"
 )
 
 // In-cluster defaults for the API server, its CA and the worker's token.
@@ -33,17 +35,10 @@ func InClusterAPIServer() string {
 // https only, TLS 1.2 or later (client-go's default), the given CA, and no
 // client-side rate limit, so users are never throttled by the worker.
 func Upstream(apiServer, caFile string) (*url.URL, http.RoundTripper, error) {
-	u, err := url.Parse(apiServer)
-	if err != nil || u.Host == "" {
-		return nil, nil, fmt.Errorf("kube-api-server %q: not a URL; want https://HOST:PORT", apiServer)
+	u, err := ParseAPIServer(apiServer)
+	if err != nil {
+		return nil, nil, err
 	}
-	if u.Scheme != "https" {
-		return nil, nil, fmt.Errorf("kube-api-server %q: Limen talks to the API server only over TLS; use https://", apiServer)
-	}
-	if u.Path != "" && u.Path != "/" {
-		return nil, nil, fmt.Errorf("kube-api-server %q: must not carry a path", apiServer)
-	}
-	u.Path = ""
 	if _, err := os.Stat(caFile); err != nil {
 		return nil, nil, fmt.Errorf("kube-ca-file: %w", err)
 	}
@@ -60,25 +55,80 @@ func Upstream(apiServer, caFile string) (*url.URL, http.RoundTripper, error) {
 	return u, rt, nil
 }
 
+// ParseAPIServer checks the kube-api-server setting: an https URL with a
+// host and no path. It is the one check, run by cmd before the worker
+// enrolls (a refused URL must not cost the join token) and by Upstream.
+func ParseAPIServer(apiServer string) (*url.URL, error) {
+	u, err := url.Parse(apiServer)
+	if err != nil || u.Host == "" {
+		return nil, fmt.Errorf("kube-api-server %q: not a URL; want https://HOST:PORT", apiServer)
+	}
+	if u.Scheme != "https" {
+		// The ServiceAccount token would travel in clear.
+		return nil, fmt.Errorf("kube-api-server %q: Limen talks to the API server only over TLS; use https://", apiServer)
+	}
+	if u.Path != "" && u.Path != "/" {
+		return nil, fmt.Errorf("kube-api-server %q: must not carry a path", apiServer)
+	}
+	u.Path = ""
+	return u, nil
+}
+
 // offerDecodable rewrites an upgrade request so the API server can only
-// agree to a protocol the worker decodes: the base64 WebSocket channel
-// protocols are dropped and no WebSocket extension (compression) is offered.
-// SPDY's X-Stream-Protocol-Version offers are kept as they are.
+// agree to a protocol the worker decodes: of the WebSocket protocols only
+// those ws.ModeFor knows (the binary channel protocols v4 and v5 and SPDY
+// inside WebSocket) are kept, in the client's order, and no WebSocket
+// extension (compression) is offered. SPDY's X-Stream-Protocol-Version
+// offers are kept as they are.
 func offerDecodable(h http.Header) {
 	h.Del("Sec-WebSocket-Extensions")
-	var keep []string
-	for _, v := range h.Values("Sec-WebSocket-Protocol") {
-		for _, p := range strings.Split(v, ",") {
-			p = strings.TrimSpace(p)
-			if p != "" && !strings.HasPrefix(strings.ToLower(p), "base64.") {
-				keep = append(keep, p)
-			}
-		}
-	}
+	keep := decodableProtocols(h)
 	h.Del("Sec-WebSocket-Protocol")
 	if len(keep) > 0 {
 		h.Set("Sec-WebSocket-Protocol", strings.Join(keep, ", "))
 	}
+}
+
+// decodableProtocols are the WebSocket protocols a request offers that the
+// worker decodes, in the order offered.
+func decodableProtocols(h http.Header) []string {
+	var keep []string
+	for _, v := range h.Values("Sec-WebSocket-Protocol") {
+		for _, p := range strings.Split(v, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				if _, err := ws.ModeFor(p); err == nil {
+					keep = append(keep, p)
+				}
+			}
+		}
+	}
+	return keep
+}
+
+// undecodableOffer is the refusal of a WebSocket upgrade that offers no
+// protocol the worker decodes: whatever the API server chose, Limen could
+// not record it, so the request must not reach the API server at all (the
+// command would run). nil for any other request.
+func undecodableOffer(h http.Header) *refusal {
+	if !strings.EqualFold(strings.TrimSpace(h.Get("Upgrade")), "websocket") || len(decodableProtocols(h)) > 0 {
+		return nil
+	}
+	offered := strings.Join(h.Values("Sec-WebSocket-Protocol"), ", ")
+	if offered == "" {
+		offered = "none"
+	}
+	return &refusal{code: http.StatusBadRequest, msg: fmt.Sprintf("Limen relays WebSocket streams only with the binary protocols %s, %s and %s, "+
+		"which it can record; this client offered %s. Use a client that offers one of them, as kubectl does",
+		ws.ProtocolV5, ws.ProtocolV4, ws.ProtocolSPDYTunnel, clipOffer(offered))}
+}
+
+// clipOffer bounds the client's offer quoted back in a refusal.
+func clipOffer(s string) string {
+	const max = 200
+	if len(s) > max {
+		return s[:max] + "…"
+	}
+	return s
 }
 
 func (h *Handler) upgradeTransport() http.RoundTripper {

@@ -15,6 +15,7 @@ package worker
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"errors"
@@ -231,7 +232,7 @@ func (h *Handler) readRequest(stream net.Conn) (*exchange, []byte, grant.Request
 	start := h.Now()
 	_ = stream.SetReadDeadline(start.Add(headerTimeout))
 	br := bufio.NewReader(stream) // large reads bypass the buffer; an idle stream holds only 4 KiB
-	token, err := grant.ReadPreamble(br, grant.MaxTokenSize)
+	token, err := readGrant(br)
 	if err != nil {
 		return nil, nil, grant.Request{}, fmt.Errorf("preamble: %w", err)
 	}
@@ -245,6 +246,21 @@ func (h *Handler) readRequest(stream net.Conn) (*exchange, []byte, grant.Request
 	}
 	_ = stream.SetReadDeadline(time.Time{})
 	return &exchange{h: h, stream: stream, br: br, req: req, start: start}, token, preq, nil
+}
+
+// noGrant is the preamble of a stream that carries no grant: a grant
+// length of zero, which grant.WritePreamble never writes.
+var noGrant = []byte{0, 0, 0, 0}
+
+// readGrant reads the stream's grant, or nil when the stream says it
+// carries none: such a stream still names its session, so admit refuses
+// it audited, under that session, instead of dropping it unseen.
+func readGrant(br *bufio.Reader) ([]byte, error) {
+	if head, err := br.Peek(len(noGrant)); err == nil && bytes.Equal(head, noGrant) {
+		_, _ = br.Discard(len(noGrant))
+		return nil, nil
+	}
+	return grant.ReadPreamble(br, grant.MaxTokenSize)
 }
 
 // admission is what admit decided. Every later step reads it, so none
@@ -271,6 +287,10 @@ func (h *Handler) admit(ctx context.Context, token []byte, preq grant.Request, r
 	adm := admission{req: preq}
 	// Identity headers go before anything else reads the request.
 	impersonate.StripIdentity(req.Header)
+	if len(token) == 0 {
+		return adm, &refusal{http.StatusForbidden, "this request reached the Limen worker with no Limen grant, so it refuses it",
+			"grant: missing"}
+	}
 	h.verifierOnce.Do(func() { h.verifier = &grant.Verifier{Key: h.GrantKey, Cluster: h.Cluster.Name} })
 	g, err := h.verifier.Verify(token, h.Now())
 	adm.grant = g

@@ -7,12 +7,16 @@ package idp
 
 import (
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"html/template"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
 	"time"
 
 	jose "github.com/go-jose/go-jose/v4"
@@ -44,6 +48,9 @@ type IdP struct {
 	st  *storage
 	srv *http.Server
 	op  *op.Provider
+
+	mu      sync.Mutex
+	reshape func(claims map[string]any) // ReshapeIDTokens
 }
 
 // Start serves a provider on a free loopback port until Close.
@@ -76,6 +83,7 @@ func Start() (*IdP, error) {
 	mux.Handle(pathLogin, issuer.HandlerFunc(p.login))
 	mux.HandleFunc(pathDevice, p.device)
 	mux.Handle("/", p.op)
+	mux.Handle(p.op.TokenEndpoint().Relative(), http.HandlerFunc(p.token))
 	p.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go p.srv.Serve(ln)
 	return p, nil
@@ -139,7 +147,12 @@ func (p *IdP) WorkloadToken(aud, subject string, claims map[string]any, ttl time
 			delete(c, k)
 		}
 	}
-	payload, err := json.Marshal(c)
+	return p.sign(c)
+}
+
+// sign signs claims with the key the JWKS publishes.
+func (p *IdP) sign(claims map[string]any) (string, error) {
+	payload, err := json.Marshal(claims)
 	if err != nil {
 		return "", err
 	}
@@ -153,6 +166,69 @@ func (p *IdP) WorkloadToken(aud, subject string, claims map[string]any, ttl time
 		return "", err
 	}
 	return jws.CompactSerialize()
+}
+
+// ReshapeIDTokens makes the token endpoint (code and device flow) hand out
+// ID tokens whose claims f changed (a nil value is kept as JSON null),
+// signed with the key the JWKS publishes: tokens the provider would never
+// issue (azp a list, several audiences, another client), which Limen's
+// login handlers must refuse. nil stops it.
+func (p *IdP) ReshapeIDTokens(f func(claims map[string]any)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.reshape = f
+}
+
+// token serves the token endpoint, reshaping the ID token it answers with
+// (ReshapeIDTokens).
+func (p *IdP) token(w http.ResponseWriter, r *http.Request) {
+	p.mu.Lock()
+	f := p.reshape
+	p.mu.Unlock()
+	if f == nil {
+		p.op.ServeHTTP(w, r)
+		return
+	}
+	rec := httptest.NewRecorder()
+	p.op.ServeHTTP(rec, r)
+	body := rec.Body.Bytes()
+	var resp map[string]any
+	if rec.Code == http.StatusOK && json.Unmarshal(body, &resp) == nil {
+		if raw, ok := resp["id_token"].(string); ok {
+			reshaped, err := p.reshaped(raw, f)
+			if err != nil {
+				http.Error(w, "test IdP: reshape the ID token: "+err.Error(), http.StatusInternalServerError)
+				return
+			}
+			resp["id_token"] = reshaped
+			body, _ = json.Marshal(resp)
+		}
+	}
+	for k, v := range rec.Header() {
+		w.Header()[k] = v
+	}
+	w.Header().Del("Content-Length")
+	w.WriteHeader(rec.Code)
+	_, _ = w.Write(body)
+}
+
+// reshaped is the ID token raw (signed by this provider) with its claims
+// changed by f and signed again.
+func (p *IdP) reshaped(raw string, f func(map[string]any)) (string, error) {
+	parts := strings.Split(raw, ".")
+	if len(parts) != 3 {
+		return "", fmt.Errorf("not a compact JWS")
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		return "", err
+	}
+	var claims map[string]any
+	if err := json.Unmarshal(payload, &claims); err != nil {
+		return "", err
+	}
+	f(claims)
+	return p.sign(claims)
 }
 
 var page = template.Must(template.New("page").Parse(`<!doctype html>
