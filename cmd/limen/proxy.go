@@ -14,6 +14,7 @@ import (
 	"github.com/limenhq/limen/gateway/oidc"
 	"github.com/limenhq/limen/gateway/policy"
 	"github.com/limenhq/limen/gateway/proxy"
+	"github.com/limenhq/limen/gateway/proxyproto"
 	"github.com/limenhq/limen/gateway/telemetry"
 	"github.com/limenhq/limen/gateway/tunnel"
 )
@@ -124,6 +125,9 @@ cannot fill the audit store.`,
 	f.Duration("write-timeout", lim.WriteTimeout, "longest time to answer a request, streams (watch, exec, logs -f, port-forward) excepted")
 	f.Duration("idle-timeout", lim.IdleTimeout, "close a connection after this long with no request")
 	f.Int("max-conns-per-ip", lim.MaxConnsPerIP, "most open connections from one client address, worker tunnels included; more are closed at once (and logged, at most every 10s)")
+	f.StringSlice("proxy-protocol-from", nil, "addresses or CIDR prefixes of the TCP load balancers in front of the proxy that send a PROXY protocol v2 header "+
+		"(HAProxy send-proxy-v2 with check-send-proxy, an AWS NLB with proxy protocol v2): a connection from one must start with the header, whose source "+
+		"is then the client's address in the audit trail and for max-conns-per-ip; connections from elsewhere never have a header read (repeatable)")
 	f.Duration("denied-audit-interval", lim.DeniedInterval, "refusals of clients without a valid certificate are stored as one auth.denied per address and kind per interval, with a count")
 	addProxyStorageFlags(f)
 	addAuditExportFlags(f)
@@ -155,6 +159,9 @@ func loadProxyConfig(cmd *cobra.Command) (proxyConfig, error) {
 			IdleTimeout: v.GetDuration("idle-timeout"), MaxConnsPerIP: v.GetInt("max-conns-per-ip"),
 			DeniedInterval: v.GetDuration("denied-audit-interval"),
 		},
+	}
+	if c.Limits.ProxyProtocolFrom, err = proxyproto.ParseTrusted(v.GetStringSlice("proxy-protocol-from")); err != nil {
+		return c, fmt.Errorf("proxy-protocol-from: %w", err)
 	}
 	if c.ClusterLabels, err = parseClusterLabels(v.GetStringSlice("cluster-label")); err != nil {
 		return c, err

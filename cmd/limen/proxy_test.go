@@ -45,6 +45,8 @@ func TestProxyConfig(t *testing.T) {
 		}},
 		{name: "worker ttl", args: []string{"--data-dir", dir, "--worker-cert-ttl", "1m"}, want: "worker-cert-ttl"},
 		{name: "bad peer address", args: []string{"--data-dir", dir, "--peer-address", "https://10.0.0.5:8443"}, want: "peer-address"},
+		{name: "load balancer by name", args: []string{"--data-dir", dir, "--proxy-protocol-from", "lb.example.com"}, want: "proxy-protocol-from"},
+		{name: "load balancer prefix too long", env: map[string]string{"LIMEN_PROXY_PROTOCOL_FROM": "10.0.0.0/33"}, args: []string{"--data-dir", dir}, want: "proxy-protocol-from"},
 		{name: "lock view trusted too briefly", args: []string{"--data-dir", dir, "--lock-stale-after", "1s"}, want: "lock-stale-after"},
 		{name: "unknown lock mode", env: map[string]string{"LIMEN_LOCK_MODE": "best_effort"}, args: []string{"--data-dir", dir}, want: "lock-mode"},
 		{name: "peer address without port", env: map[string]string{"LIMEN_PEER_ADDRESS": "10.0.0.5"}, args: []string{"--data-dir", dir}, want: "peer-address"},

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/limenhq/limen/gateway/proxyproto"
 	"github.com/limenhq/limen/gateway/tunnel"
 )
 
@@ -80,6 +81,12 @@ type Limits struct {
 	// worker tunnels included; more are closed as they are accepted
 	// (max-conns-per-ip).
 	MaxConnsPerIP int
+	// ProxyProtocolFrom are the TCP load balancers in front of the proxy
+	// that send a PROXY protocol v2 header (proxy-protocol-from): a
+	// connection from one must start with a valid header, whose source is
+	// then the client's address (audit, MaxConnsPerIP); one from anywhere
+	// else is read as TLS. Empty: no header is read.
+	ProxyProtocolFrom proxyproto.Trusted
 	// DeniedInterval is how often the refusals of unauthenticated clients
 	// are stored: one auth.denied per client address and action per
 	// interval, with a count (denied-audit-interval; audit.Aggregator).
@@ -140,6 +147,18 @@ func (s *port) Serve(ctx context.Context, ln net.Listener) error {
 	wg.Go(func() { _ = srv.Serve(httpConns) })
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()
+	// admit counts a connection against its client address and serves it
+	// on its own goroutine, or closes it when that address has too many.
+	admit := func(raw net.Conn) {
+		conn, ok := perIP.admit(raw)
+		if !ok {
+			refused.note("connection refused: too many from one client address",
+				"remote", raw.RemoteAddr().String(), "max_conns_per_ip", lim.MaxConnsPerIP)
+			raw.Close()
+			return
+		}
+		wg.Go(func() { s.dispatch(tunnels, tls.Server(conn, cfg), httpConns, lim.HandshakeTimeout) })
+	}
 	for {
 		raw, err := ln.Accept()
 		if err != nil {
@@ -150,14 +169,22 @@ func (s *port) Serve(ctx context.Context, ln net.Listener) error {
 			httpConns.Close()
 			return err
 		}
-		conn, ok := perIP.admit(raw)
-		if !ok {
-			refused.note("connection refused: too many from one client address",
-				"remote", raw.RemoteAddr().String(), "max_conns_per_ip", lim.MaxConnsPerIP)
-			raw.Close()
+		if lim.ProxyProtocolFrom.Trusts(raw.RemoteAddr()) {
+			// The header is read off the accept loop, within the
+			// handshake timeout: a slow balancer holds up only itself.
+			wg.Go(func() {
+				c, _, err := proxyproto.Accept(raw, lim.HandshakeTimeout)
+				if err != nil {
+					refused.note("connection refused: a load balancer named in proxy-protocol-from sent no valid PROXY protocol v2 header",
+						"remote", raw.RemoteAddr().String(), "err", err)
+					raw.Close()
+					return
+				}
+				admit(c)
+			})
 			continue
 		}
-		wg.Go(func() { s.dispatch(tunnels, tls.Server(conn, cfg), httpConns, lim.HandshakeTimeout) })
+		admit(raw)
 	}
 }
 

@@ -98,8 +98,8 @@ func startHA(t *testing.T) *haEnv {
 	if err := e.AddUser(ctx, carol); err != nil {
 		t.Fatal(err)
 	}
-	// The admin API lists a proxy's own sessions: the admin has a profile
-	// at each proxy, and every admin command here names its proxy.
+	// The admin has a profile at each proxy, and every admin command here
+	// names its proxy.
 	for _, a := range e.ProxyAddrs()[1:] {
 		if _, err := e.LoginAt(ctx, gatewaytest.Users[0], a); err != nil {
 			t.Fatal(err)
@@ -108,7 +108,8 @@ func startHA(t *testing.T) *haEnv {
 	return &haEnv{Env: e, pg: pg, db: db, lb: lb, dir: dir}
 }
 
-// sessionsOn lists the sessions proxy i relays.
+// sessionsOn lists the sessions proxy i relays itself: every proxy lists
+// every proxy's sessions, the others' with Proxy set.
 func (h *haEnv) sessionsOn(t *testing.T, i int) []sessions.Info {
 	t.Helper()
 	out := adminOn(t, h.Env, "sessions", "ls", "--json", "--proxy", h.ProxyAddrs()[i])
@@ -116,7 +117,7 @@ func (h *haEnv) sessionsOn(t *testing.T, i int) []sessions.Info {
 	if err := json.Unmarshal([]byte(out), &list); err != nil {
 		t.Fatalf("limen sessions ls --json: %v: %q", err, out)
 	}
-	return list
+	return slices.DeleteFunc(list, func(s sessions.Info) bool { return s.Proxy != "" })
 }
 
 // relaying returns the proxy that relays a live session of user of kind,

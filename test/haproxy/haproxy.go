@@ -56,6 +56,7 @@ type LB struct {
 	// Dir holds the configuration, the statistics socket and the log.
 	Dir      string
 	backends []Backend
+	source   string // SendProxyFrom's address; "" sends no header
 	cmd      *exec.Cmd
 	exited   chan struct{}
 }
@@ -125,20 +126,34 @@ frontend limen
 
 backend proxies
     balance leastconn
+{{- if .Source}}
+    source {{.Source}}
+{{- end}}
     option httpchk
     http-check send meth GET uri /readyz ver HTTP/1.1 hdr Host localhost
     http-check expect status 200
     default-server inter {{.Inter}} fall {{.Fall}} rise {{.Rise}}
 {{- range .Backends}}
-    server {{.Name}} {{.Addr}} check check-ssl verify none check-alpn http/1.1
+    server {{.Name}} {{.Addr}} check check-ssl verify none check-alpn http/1.1{{if $.Source}} send-proxy-v2 check-send-proxy{{end}}
 {{- end}}
 {{- range .Backends}}
-    server {{.Name}}-backup {{.Addr}} backup
+    server {{.Name}}-backup {{.Addr}} backup{{if $.Source}} send-proxy-v2{{end}}
 {{- end}}
 `))
 
+// Option changes how Start runs HAProxy.
+type Option func(*LB)
+
+// SendProxyFrom makes HAProxy connect to the backends from source (a
+// loopback address such as 127.0.0.2) and send each connection's client
+// in a PROXY protocol v2 header, health checks included (send-proxy-v2,
+// check-send-proxy), as a production balancer in front of proxies started
+// with --proxy-protocol-from source does. Connections that reach the
+// proxies directly come from 127.0.0.1 and send no header.
+func SendProxyFrom(source string) Option { return func(lb *LB) { lb.source = source } }
+
 // Start runs HAProxy in front of backends, stopped when tb ends.
-func Start(tb testing.TB, backends []Backend) *LB {
+func Start(tb testing.TB, backends []Backend, opts ...Option) *LB {
 	tb.Helper()
 	bin := Need(tb)
 	if len(backends) == 0 {
@@ -150,6 +165,9 @@ func Start(tb testing.TB, backends []Backend) *LB {
 	}
 	tb.Cleanup(func() { os.RemoveAll(dir) })
 	lb := &LB{Dir: dir, backends: backends}
+	for _, o := range opts {
+		o(lb)
+	}
 	// The port is chosen free just before HAProxy binds it; a lost race is
 	// retried.
 	for attempt := 0; ; attempt++ {
@@ -168,7 +186,7 @@ func Start(tb testing.TB, backends []Backend) *LB {
 func (lb *LB) start(bin string, port int) error {
 	var cfg bytes.Buffer
 	if err := config.Execute(&cfg, map[string]any{
-		"Dir": lb.Dir, "Port": port, "Backends": lb.backends,
+		"Dir": lb.Dir, "Port": port, "Backends": lb.backends, "Source": lb.source,
 		"Inter": CheckInterval.Milliseconds(), "Fall": CheckFall, "Rise": CheckRise,
 	}); err != nil {
 		return err
