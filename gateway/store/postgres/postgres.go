@@ -131,6 +131,7 @@ var domains = []struct {
 	{"policy", policyMigrations},
 	{"sessions", sessionsMigrations},
 	{"peers", peersMigrations},
+	{"requests", requestsMigrations},
 }
 
 // migrate applies the missing migrations of every domain while holding
