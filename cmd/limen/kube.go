@@ -126,7 +126,12 @@ func newKubeCredentialsCmd() *cobra.Command {
 		Short: "kubectl exec credential plugin: print the stored certificate as an ExecCredential",
 		Long: `Print the stored certificate and key as a client.authentication.k8s.io/v1
 ExecCredential for kubectl. It never prompts: with no valid certificate it
-exits non-zero and says to run limen login.`,
+exits non-zero and says to run limen login.
+
+When access requests were made from this profile (limen request), it
+prints instead a certificate the proxy issues against your login that
+carries the approved ones, asking the proxy again while one is pending
+or has expired (docs/ACCESS-REQUESTS.md).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			p, err := commandProfile(cmd)
@@ -136,8 +141,10 @@ exits non-zero and says to run limen login.`,
 			var creds *profile.Credentials
 			if app != "" {
 				creds, err = p.AppCredentials(cmd.Context(), app, time.Now())
-			} else {
-				creds, err = pluginCredentials(cmd.Context(), p, time.Now())
+			} else if creds, err = pluginCredentials(cmd.Context(), p, time.Now()); err == nil {
+				// With access requests made from this profile, the
+				// certificate that carries the approved ones.
+				creds, err = p.ElevatedCredentials(cmd.Context(), creds, time.Now(), func(msg string) { fmt.Fprintln(cmd.ErrOrStderr(), msg) })
 			}
 			if err != nil {
 				return err

@@ -38,6 +38,7 @@ of precedence.`,
 		newLockCmd(), newUnlockCmd(), newLocksCmd(), newSessionsCmd(),
 		newPolicyCmd(),
 		newRecordingsCmd(), newPlayCmd(),
+		newRequestCmd(), newRequestsCmd(),
 	)
 	return root
 }

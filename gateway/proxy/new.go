@@ -26,6 +26,7 @@ import (
 	"github.com/limenhq/limen/gateway/oidc"
 	"github.com/limenhq/limen/gateway/policy"
 	"github.com/limenhq/limen/gateway/recstore"
+	"github.com/limenhq/limen/gateway/requests"
 	"github.com/limenhq/limen/gateway/sessions"
 	"github.com/limenhq/limen/gateway/store"
 	"github.com/limenhq/limen/gateway/store/sqlite"
@@ -143,6 +144,8 @@ type Server struct {
 	// configured), which the console uses for its own sign-in.
 	Bots *bots.Store
 	OIDC *oidc.Provider
+	// Requests are the access requests (requests.go).
+	Requests *requests.Service
 	ci   []authapi.CIIssuer
 
 	recordings *recstore.Store
@@ -247,6 +250,9 @@ func New(ctx context.Context, c Config) (_ *Server, err error) {
 	}
 	s.handleHealth()
 	if err := s.mountAPIs(c); err != nil {
+		return nil, err
+	}
+	if err := s.openRequests(ctx, c); err != nil {
 		return nil, err
 	}
 	if err := s.mountConsole(c); err != nil {
@@ -465,6 +471,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		wg.Go(func() { s.retention.Run(ctx) })
 	}
 	wg.Go(func() { s.peers.Run(ctx) })
+	wg.Go(func() { s.Requests.Sweep(ctx, RequestSweepInterval) })
 	if feed, ok := s.store.(store.Feed); ok {
 		wg.Go(func() { s.watchLocks(ctx, feed) })
 	}

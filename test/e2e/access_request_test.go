@@ -1,0 +1,180 @@
+package e2e
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/limenhq/limen/gateway/audit"
+	"github.com/limenhq/limen/test/cluster/clustertest"
+	"github.com/limenhq/limen/test/gatewaytest"
+)
+
+// accessFor is how long bob's request lasts once approved: long enough for
+// the steps that need it, short enough for the test to wait it out.
+const accessFor = 20 * time.Second
+
+// TestAccessRequest is just-in-time access end to end with the real
+// kubectl: bob (view on demo) is refused a delete, requests edit-demo,
+// cannot approve it himself nor have carol (no approver) do so, alice
+// approves it, bob deletes, and when the request expires his open watch of
+// secrets (which only edit may read) ends and the delete is refused again.
+// Every step is in the audit trail.
+func TestAccessRequest(t *testing.T) {
+	e := gateway(t)
+	ctx := context.Background()
+	c := clustertest.Cluster(t)
+	ns := clustertest.Namespace(t)
+	t0 := time.Now()
+	for _, name := range []string{"doomed", "doomed-later"} {
+		if _, err := c.Client.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bob := userKubeconfig(t, "bob")
+	limen := func(user string, args ...string) (string, error) { return e.Limen(ctx, user, "", args...) }
+
+	if _, stderr, code := kubectl(t, bob, "", "-n", ns, "delete", "configmap", "doomed"); code == 0 || !strings.Contains(stderr, "forbidden") {
+		t.Fatalf("bob's delete before any request: exit %d, %s; want forbidden", code, stderr)
+	}
+
+	// Refusals: too long, not requestable, no reason.
+	for _, args := range [][]string{
+		{"request", "edit-demo", "--cluster", "demo", "--for", "2h", "--reason", "INC-123"},
+		{"request", "admin", "--cluster", "demo", "--for", "1m", "--reason", "INC-123"},
+		{"request", "edit-demo", "--cluster", "demo", "--for", "1m"},
+	} {
+		if out, err := limen("bob", args...); err == nil || !strings.Contains(err.Error(), "403") {
+			t.Fatalf("limen %v = %q, %v; want refused (403)", args, out, err)
+		}
+	}
+
+	out, err := limen("bob", "request", "edit-demo", "--cluster", "demo", "--for", accessFor.String(), "--reason", "INC-123: clean up")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := strings.TrimSpace(out)
+	if !strings.HasPrefix(id, "req-") {
+		t.Fatalf("limen request printed %q, want a request id", out)
+	}
+	// Pending: the plugin asks, the proxy lends nothing yet.
+	if _, stderr, code := kubectl(t, bob, "", "-n", ns, "delete", "configmap", "doomed"); code == 0 {
+		t.Fatalf("bob deleted while the request was pending: %s", stderr)
+	}
+	if _, err := limen("bob", "requests", "approve", id); err == nil || !strings.Contains(err.Error(), "your own request") {
+		t.Fatalf("bob approving his own request: %v; want refused", err)
+	}
+	carolLogin(t, e)
+	if _, err := limen("carol", "requests", "approve", id); err == nil || !strings.Contains(err.Error(), "403") {
+		t.Fatalf("carol (no approver) approving: %v; want refused", err)
+	}
+	if ls, err := limen("alice", "requests", "ls"); err != nil || !strings.Contains(ls, id) {
+		t.Fatalf("alice's requests ls = %q, %v; want %s listed", ls, err, id)
+	}
+	if _, err := limen("alice", "requests", "approve", id, "--reason", "ok for INC-123"); err != nil {
+		t.Fatal(err)
+	}
+	approved := time.Now()
+	if _, stderr, code := kubectl(t, bob, "", "-n", ns, "delete", "configmap", "doomed"); code != 0 {
+		t.Fatalf("bob's delete after approval: exit %d, %s", code, stderr)
+	}
+	// A watch only edit may make: it lasts while the request does.
+	watch, done := openStream(t, bob, "-n", ns, "get", "secrets", "-w")
+	_ = watch
+	waitOpen(t, "watch", 1)
+	select {
+	case err := <-done:
+		t.Fatalf("bob's watch of secrets ended before expiry: %v", err)
+	case <-time.After(time.Until(approved.Add(accessFor - 3*time.Second))):
+	}
+	var ended time.Time
+	select {
+	case <-done:
+		ended = time.Now()
+	case <-time.After(accessFor):
+		t.Fatal("bob's watch of secrets outlived his request by more than its whole duration")
+	}
+	// approved was taken after the approval returned: the request's end
+	// is before approved+accessFor.
+	if late := ended.Sub(approved.Add(accessFor)); late > 2*time.Second {
+		t.Fatalf("the watch ended %s after the request expired; want at most 2s", late)
+	}
+	t.Logf("watch ended %s after approved+%s", ended.Sub(approved.Add(accessFor)), accessFor)
+	if _, stderr, code := kubectl(t, bob, "", "-n", ns, "delete", "configmap", "doomed-later"); code == 0 || !strings.Contains(stderr, "forbidden") {
+		t.Fatalf("bob's delete after expiry: exit %d, %s; want forbidden", code, stderr)
+	}
+
+	// The audit trail: every step with who and why.
+	pollUntil(t, 5*time.Second, func() bool {
+		return len(storedSince(t, audit.Query{Type: audit.TypeAccessExpire, Since: t0})) > 0
+	}, "access.expire stored")
+	find := func(typ audit.Type, user string) audit.Event {
+		t.Helper()
+		for _, ev := range storedSince(t, audit.Query{Type: typ, User: user, Since: t0}) {
+			if ev.Fields["request"] == id {
+				return ev
+			}
+		}
+		t.Fatalf("no %s of %s for %s in the audit trail", typ, user, id)
+		return audit.Event{}
+	}
+	if ev := find(audit.TypeAccessRequest, "bob"); ev.Fields["reason"] != "INC-123: clean up" || ev.Fields["role"] != "edit-demo" {
+		t.Errorf("access.request = %+v", ev.Fields)
+	}
+	if ev := find(audit.TypeAccessApprove, "alice"); ev.Fields["reason"] != "ok for INC-123" || ev.Fields["requester"] != "user:bob" {
+		t.Errorf("access.approve = %+v", ev.Fields)
+	}
+	if ev := find(audit.TypeAccessUse, "bob"); ev.Cluster != "demo" {
+		t.Errorf("access.use = %+v", ev)
+	}
+	find(audit.TypeAccessExpire, "bob")
+	refusals := map[string]bool{}
+	for _, ev := range storedSince(t, audit.Query{Type: audit.TypeAuthDenied, Action: audit.ActionAccess, Since: t0}) {
+		switch {
+		case strings.Contains(ev.Denied.Reason, "at most 1h"):
+			refusals["too long"] = true
+		case strings.Contains(ev.Denied.Reason, `request role "admin"`):
+			refusals["not requestable"] = true
+		case strings.Contains(ev.Denied.Reason, "needs a reason"):
+			refusals["no reason"] = true
+		case strings.Contains(ev.Denied.Reason, "your own request"):
+			refusals["self-approval"] = true
+		case ev.Principal.Name == "carol":
+			refusals["non-approver"] = true
+		}
+	}
+	for _, want := range []string{"too long", "not requestable", "no reason", "self-approval", "non-approver"} {
+		if !refusals[want] {
+			t.Errorf("refusal %q not audited (have %v)", want, refusals)
+		}
+	}
+}
+
+// carolLogin adds carol, a local user no role binds, and logs her in.
+func carolLogin(t *testing.T, e *gatewaytest.Env) {
+	t.Helper()
+	ctx := context.Background()
+	const pw = "carol-password-1"
+	if _, err := e.Limen(ctx, "", pw+"\n", "users", "add", "carol", "--local", "--data-dir", e.ProxyDataDir(), "--password-stdin"); err != nil &&
+		!strings.Contains(err.Error(), "exists") {
+		t.Fatal(err)
+	}
+	if _, err := e.Limen(ctx, "carol", pw+"\n", "login", "--proxy", e.ProxyAddr, "--user", "carol", "--password-stdin", "--ca-fingerprint", e.Fingerprint); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// pollUntil polls cond until it holds or d passes.
+func pollUntil(t *testing.T, d time.Duration, cond func() bool, what string) {
+	t.Helper()
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatalf("not within %s: %s", d, what)
+}
