@@ -146,7 +146,7 @@ type Server struct {
 	OIDC *oidc.Provider
 	// Requests are the access requests (requests.go).
 	Requests *requests.Service
-	ci   []authapi.CIIssuer
+	ci       []authapi.CIIssuer
 
 	recordings *recstore.Store
 	retention  *recstore.Retention
