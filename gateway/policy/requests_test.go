@@ -3,10 +3,12 @@ package policy
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/limenhq/limen/gateway/identity"
+	"github.com/limenhq/limen/gateway/policy/policytest"
 )
 
 // The example data makes edit-demo requestable by view-demo holders (bob),
@@ -79,5 +81,17 @@ func TestGroupsWithElevation(t *testing.T) {
 	admin.Requests = []identity.Elevation{{Request: "r3", Role: "admin", Cluster: "demo", Expires: time.Now().Add(time.Minute)}}
 	if d, _ := e.Groups(ctx, admin, demo); !slices.Equal(d.Groups, []string{"limen:view"}) {
 		t.Fatalf("Groups(bob carrying admin) = %v, want limen:view only", d.Groups)
+	}
+}
+
+// A bundle that makes a role granting a system: group requestable is
+// refused at activation, with a message naming the request.
+func TestRequestableSystemGroupRefused(t *testing.T) {
+	data := policytest.ExampleData(t)
+	cfg := policytest.Config(t, data)
+	cfg["roles"].(map[string]any)["edit-demo"].(map[string]any)["groups"] = []any{"limen:edit", "system:masters"}
+	_, err := New(context.Background(), Options{Bundle: policytest.Bundle(t, "1", data), InsecureSkipVerify: true, Logger: quietLogger()})
+	if err == nil || !strings.Contains(err.Error(), `requests.edit-demo: role "edit-demo" grants group system:masters, and a requestable role may never grant a "system:" group`) {
+		t.Fatalf("New = %v; want the bundle refused for the requestable system: group", err)
 	}
 }

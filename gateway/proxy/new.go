@@ -413,6 +413,7 @@ func (s *Server) mountAPIs(c Config) error {
 		Audit: s.Denials, Now: c.Now, Logger: s.log.With("component", "admin"),
 		OnChange: func(ctx context.Context, ch locks.Change) {
 			s.LockSet.Apply(ch)
+			s.endRequestsOnLock(ctx, ch)
 			s.push(ctx, "", func() (tunnel.Message, error) { return locks.ChangeMessage(ch) }, locks.CheckAck)
 		},
 		OnKill: func(ctx context.Context, info sessions.Info, by identity.Principal) {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/limenhq/limen/gateway/audit"
 	"github.com/limenhq/limen/gateway/identity"
+	"github.com/limenhq/limen/gateway/locks"
 	"github.com/limenhq/limen/gateway/policy"
 	"github.com/limenhq/limen/gateway/requestapi"
 	"github.com/limenhq/limen/gateway/requests"
@@ -212,4 +213,20 @@ func shortDuration(d time.Duration) string {
 		return "0s"
 	}
 	return s
+}
+
+// endRequestsOnLock ends the access requests of a principal just locked:
+// the lock refuses everything while it holds, and its requests stay ended
+// after an unlock.
+func (s *Server) endRequestsOnLock(ctx context.Context, ch locks.Change) {
+	if ch.Op != locks.OpSet || s.Requests == nil {
+		return
+	}
+	p, err := ch.Lock.Target.Principal()
+	if err != nil {
+		return
+	}
+	if _, err := s.Requests.EndFor(ctx, p, "locked: "+ch.Lock.Reason); err != nil {
+		s.log.Error("end the access requests of a locked principal", "target", ch.Lock.Target.String(), "err", err)
+	}
 }

@@ -564,3 +564,48 @@ func newID() (string, error) {
 	}
 	return "req-" + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b[:])), nil
 }
+
+// EndFor ends every approved or pending request of who, audited
+// (access.expire) with why: a lock ends a principal's requests for good,
+// so that an unlock does not bring them back. It returns how many ended.
+func (s *Service) EndFor(ctx context.Context, who identity.Principal, why string) (int, error) {
+	n := 0
+	for _, st := range []State{StateApproved, StatePending} {
+		recs, err := s.Store.List(ctx, string(st), 0, 1000)
+		if err != nil {
+			return n, fmt.Errorf("%w: store: %v", ErrUnavailable, err)
+		}
+		for _, rec := range recs {
+			if rec.Requester != requester(who).String() {
+				continue
+			}
+			err := s.Store.Update(ctx, rec.ID, func(rec *store.RequestRecord) error {
+				cur, err := decode(*rec)
+				if err != nil {
+					return err
+				}
+				if cur.State != st {
+					return errSkip
+				}
+				cur.State, cur.Expires = StateExpired, s.now()
+				next, err := record(cur)
+				if err != nil {
+					return err
+				}
+				if err := s.emit(ctx, audit.TypeAccessExpire, cur.Requester, cur, why, map[string]string{"was": string(st)}); err != nil {
+					return err
+				}
+				*rec = next
+				return nil
+			})
+			switch {
+			case err == nil:
+				n++
+			case errors.Is(err, errSkip):
+			default:
+				return n, err
+			}
+		}
+	}
+	return n, nil
+}

@@ -98,7 +98,21 @@ func testRequests(t *testing.T, b store.Backend) {
 	if err := s.Check(ctx, reqBob, a.Elevation()); !errors.Is(err, requests.ErrRefused) {
 		t.Fatalf("Check of the expired request = %v, want refused", err)
 	}
-	for typ, want := range map[audit.Type]int{audit.TypeAccessRequest: 1, audit.TypeAccessApprove: 1, audit.TypeAccessExpire: 1} {
+	// A lock ends a request for good (EndFor), audited.
+	r2, err := s.Create(ctx, reqBob, ask)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Approve(ctx, reqAlice, r2.ID, ""); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.EndFor(ctx, reqBob, "locked: incident"); err != nil || n != 1 {
+		t.Fatalf("EndFor(bob) = %d, %v; want 1", n, err)
+	}
+	if got, _ := s.Get(ctx, r2.ID); got.State != requests.StateExpired {
+		t.Fatalf("after EndFor the request is %s, want expired", got.State)
+	}
+	for typ, want := range map[audit.Type]int{audit.TypeAccessRequest: 2, audit.TypeAccessApprove: 2, audit.TypeAccessExpire: 2} {
 		if got := rec.count(typ); got != want {
 			t.Errorf("%d %s events, want %d", got, typ, want)
 		}
