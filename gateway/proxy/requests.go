@@ -41,7 +41,7 @@ func (s *Server) openRequests(ctx context.Context, c Config) error {
 	s.Requests = &requests.Service{Store: rdb, Policy: s.Policy, Audit: s.Denials, Now: c.Now,
 		Clusters: s.Kube.Clusters, Logger: s.log.With("component", "requests")}
 	api, err := requestapi.New(requestapi.Config{Requests: s.Requests, CA: s.CA, Locks: s.LockSet, Admin: s.Policy,
-		Audit: s.Denials, Now: c.Now, Logger: s.log.With("component", "requests")})
+		Audit: s.Denials, Now: c.Now, Logger: s.log.With("component", "requests"), Clusters: knownNames(c)})
 	if err != nil {
 		return err
 	}
@@ -229,4 +229,17 @@ func (s *Server) endRequestsOnLock(ctx context.Context, ch locks.Change) {
 	if _, err := s.Requests.EndFor(ctx, p, "locked: "+ch.Lock.Reason); err != nil {
 		s.log.Error("end the access requests of a locked principal", "target", ch.Lock.Target.String(), "err", err)
 	}
+}
+
+// knownNames are the configured cluster names, --clusters then
+// --cluster-label's, each once.
+func knownNames(c Config) []string {
+	names := slices.Clone(c.Clusters)
+	for n := range c.ClusterLabels {
+		if !slices.Contains(names, n) {
+			names = append(names, n)
+		}
+	}
+	slices.Sort(names)
+	return names
 }

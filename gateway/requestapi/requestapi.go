@@ -32,6 +32,7 @@ const (
 	PathRequests    = "/v1/requests"
 	PathRequestable = "/v1/requests/requestable"
 	PathCertificate = "/v1/requests/certificate"
+	PathClusters    = "/v1/requests/clusters"
 )
 
 // Config holds the handler's dependencies; all are required but Logger,
@@ -44,6 +45,9 @@ type Config struct {
 	// admin action.
 	Admin apihttp.AdminPolicy
 	Audit audit.Sink
+	// Clusters are the cluster names the proxy knows (--clusters), among
+	// which PathClusters lists those where the caller may request a role.
+	Clusters []string
 	// Logger, ClientAddr and Now as in apihttp.Gate.
 	Logger     *slog.Logger
 	ClientAddr func(*http.Request) string
@@ -71,6 +75,7 @@ func New(cfg Config) (*Handler, error) {
 	api.Authenticated("POST "+PathRequests, h.create)
 	api.Authenticated("GET "+PathRequestable, h.requestable)
 	api.Authenticated("POST "+PathCertificate, h.certificate)
+	api.Authenticated("GET "+PathClusters, h.clusters)
 	api.Authenticated("GET "+PathRequests+"/{id}", h.get)
 	api.Authenticated("POST "+PathRequests+"/{id}/approve", h.approve)
 	api.Authenticated("POST "+PathRequests+"/{id}/deny", h.deny)
@@ -228,6 +233,29 @@ func (h *Handler) requestable(w http.ResponseWriter, r *http.Request, p identity
 	apihttp.WriteJSON(w, http.StatusOK, RequestableResponse{Cluster: cluster, Roles: roles})
 }
 
+// ClustersResponse names the clusters where the caller may request a role.
+type ClustersResponse struct {
+	Clusters []string `json:"clusters"`
+}
+
+func (h *Handler) clusters(w http.ResponseWriter, r *http.Request, p identity.Principal) {
+	out := ClustersResponse{Clusters: []string{}}
+	for _, c := range h.cfg.Clusters {
+		roles, err := h.cfg.Requests.Requestable(r.Context(), p, c)
+		if errors.Is(err, requests.ErrInvalid) {
+			continue
+		}
+		if err != nil {
+			writeErr(w, err)
+			return
+		}
+		if len(roles) > 0 {
+			out.Clusters = append(out.Clusters, c)
+		}
+	}
+	apihttp.WriteJSON(w, http.StatusOK, out)
+}
+
 // certificate issues the caller, as the same principal and login, a
 // certificate that carries its approved requests among the asked ids and
 // lives no longer than the certificate it presents. Only the command
@@ -338,6 +366,12 @@ func (c *Client) Deny(ctx context.Context, id, reason string) (requests.Request,
 func (c *Client) Requestable(ctx context.Context, cluster string) (RequestableResponse, error) {
 	var out RequestableResponse
 	return out, c.Do(ctx, http.MethodGet, PathRequestable+"?cluster="+url.QueryEscape(cluster), nil, &out)
+}
+
+// Clusters names the clusters where the caller may request a role.
+func (c *Client) Clusters(ctx context.Context) ([]string, error) {
+	var out ClustersResponse
+	return out.Clusters, c.Do(ctx, http.MethodGet, PathClusters, nil, &out)
 }
 
 // Certificate exchanges the presented login certificate for one carrying
