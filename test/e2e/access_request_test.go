@@ -2,10 +2,12 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -177,4 +179,72 @@ func pollUntil(t *testing.T, d time.Duration, cond func() bool, what string) {
 		}
 	}
 	t.Fatalf("not within %s: %s", d, what)
+}
+
+// TestAccessRequestConsole: alice approves bob's request on the console's
+// Requests page in a real browser; bob's kubectl then has edit; a lock ends
+// the request for good (after the unlock bob is back to view).
+func TestAccessRequestConsole(t *testing.T) {
+	e := gateway(t)
+	ctx := context.Background()
+	ns := clustertest.Namespace(t)
+	t0 := time.Now()
+	bob := userKubeconfig(t, "bob")
+	out, err := e.Limen(ctx, "bob", "", "request", "edit-demo", "--cluster", "demo", "--for", "5m", "--reason", "INC-7: console")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := strings.TrimSpace(out)
+
+	base := "https://" + e.ProxyAddr
+	b := consoleBrowser(t)
+	signIn(t, b, base, "alice", password("alice"))
+	row := fmt.Sprintf(`tr[data-request=%q]`, id)
+	waitFor(t, b, base+"/console/requests", fmt.Sprintf(`!!document.querySelector('%s[data-state=pending]')`, row), 10*time.Second)
+	if got := text(t, b, row); !strings.Contains(got, "user:bob") || !strings.Contains(got, "INC-7: console") || !strings.Contains(got, "edit-demo") {
+		t.Fatalf("the request's row says %q", got)
+	}
+	screenshot(t, b, "requests")
+	run(t, b, "approve on the console",
+		chromedp.SendKeys("#reason-"+id, "ok from the console", css("#reason-"+id)),
+		chromedp.Click(fmt.Sprintf(`button[aria-label="Approve %s"]`, id), css(fmt.Sprintf(`button[aria-label="Approve %s"]`, id))))
+	waitJS(t, b, "approved", fmt.Sprintf(`!!document.querySelector('%s[data-state=approved]')`, row))
+	if got := text(t, b, "p.done"); !strings.Contains(got, "approved") {
+		t.Fatalf("after Approve the page says %q", got)
+	}
+
+	if _, stderr, code := kubectl(t, bob, "", "-n", ns, "create", "configmap", "made-by-bob"); code != 0 {
+		t.Fatalf("bob's create after the console approval: exit %d, %s", code, stderr)
+	}
+	found := false
+	for _, ev := range storedSince(t, audit.Query{Type: audit.TypeAccessApprove, User: "alice", Since: t0}) {
+		found = found || (ev.Fields["request"] == id && ev.Fields["reason"] == "ok from the console" && ev.Principal.ClientID == "console")
+	}
+	if !found {
+		t.Error("the console approval is not audited as alice's, through the console, with her reason")
+	}
+
+	// A lock ends it for good.
+	admin(t, "lock", "bob", "--reason", "INC-7 over")
+	unlocked := false
+	defer func() {
+		if !unlocked {
+			_, _ = e.Limen(ctx, "admin", "", "unlock", "bob")
+		}
+	}()
+	if _, _, code := kubectl(t, bob, "", "-n", ns, "get", "configmaps"); code == 0 {
+		t.Fatal("locked bob could list configmaps")
+	}
+	admin(t, "unlock", "bob")
+	unlocked = true
+	if _, stderr, code := kubectl(t, bob, "", "-n", ns, "delete", "configmap", "made-by-bob"); code == 0 || !strings.Contains(stderr, "forbidden") {
+		t.Fatalf("bob's delete after lock and unlock: exit %d, %s; want forbidden (the lock ended the request)", code, stderr)
+	}
+	ended := false
+	for _, ev := range storedSince(t, audit.Query{Type: audit.TypeAccessExpire, User: "bob", Since: t0}) {
+		ended = ended || (ev.Fields["request"] == id && strings.Contains(ev.Fields["reason"], "locked"))
+	}
+	if !ended {
+		t.Error("the lock's end of the request is not audited")
+	}
 }
