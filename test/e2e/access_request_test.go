@@ -38,6 +38,7 @@ func TestAccessRequest(t *testing.T) {
 		}
 	}
 	bob := userKubeconfig(t, "bob")
+	userKubeconfig(t, "alice") // logged in, to approve
 	limen := func(user string, args ...string) (string, error) { return e.Limen(ctx, user, "", args...) }
 
 	if _, stderr, code := kubectl(t, bob, "", "-n", ns, "delete", "configmap", "doomed"); code == 0 || !strings.Contains(stderr, "forbidden") {
