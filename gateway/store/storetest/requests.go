@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"errors"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -216,5 +217,42 @@ func testRequestApprovedOnce(t *testing.T, b store.Backend) {
 	}
 	if ok != 1 || rec.count(audit.TypeAccessApprove) != 1 {
 		t.Fatalf("%d approvals succeeded, %d audited; want exactly 1", ok, rec.count(audit.TypeAccessApprove))
+	}
+}
+
+// Update keeps any other Update of the same request out until it ends: no
+// decision is lost to a concurrent one (the driver's row lock).
+func testRequestUpdateSerialized(t *testing.T, b store.Backend) {
+	db := must[store.Requests](t)(b.Requests(ctx))
+	if err := db.Insert(ctx, store.RequestRecord{ID: "req-count", Requester: "user:bob", State: "pending", Created: 1, Expires: 2, Data: "0"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Insert(ctx, store.RequestRecord{ID: "req-count", Requester: "user:bob", State: "pending", Created: 1, Expires: 2, Data: "0"}); !errors.Is(err, store.ErrExists) {
+		t.Fatalf("second Insert of one id = %v, want ErrExists", err)
+	}
+	const n = 8
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			err := db.Update(ctx, "req-count", func(r *store.RequestRecord) error {
+				v, err := strconv.Atoi(r.Data)
+				if err != nil {
+					return err
+				}
+				time.Sleep(5 * time.Millisecond) // let the others try meanwhile
+				r.Data = strconv.Itoa(v + 1)
+				return nil
+			})
+			if err != nil {
+				t.Errorf("Update: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	if r, err := db.Get(ctx, "req-count"); err != nil || r.Data != strconv.Itoa(n) {
+		t.Fatalf("after %d concurrent Updates the count is %q (%v), want %d: updates were lost", n, r.Data, err, n)
+	}
+	if err := db.Update(ctx, "req-none", func(*store.RequestRecord) error { return nil }); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("Update of an unknown id = %v, want ErrNotFound", err)
 	}
 }

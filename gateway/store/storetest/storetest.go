@@ -55,6 +55,7 @@ func Run(t *testing.T, open Opener) {
 		{"Requests", testRequests},
 		{"RequestRefusals", testRequestRefusals},
 		{"RequestApprovedOnce", testRequestApprovedOnce},
+		{"RequestUpdateSerialized", testRequestUpdateSerialized},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
