@@ -3,7 +3,9 @@ package proxy_test
 import (
 	"context"
 	"crypto/x509"
+	"encoding/json"
 	"encoding/pem"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -13,6 +15,8 @@ import (
 	"github.com/limenhq/limen/gateway/ca"
 	"github.com/limenhq/limen/gateway/identity"
 	"github.com/limenhq/limen/gateway/internal/apihttp"
+	"github.com/limenhq/limen/gateway/policy"
+	"github.com/limenhq/limen/gateway/policy/policytest"
 	"github.com/limenhq/limen/gateway/proxy"
 	"github.com/limenhq/limen/gateway/requestapi"
 	"github.com/limenhq/limen/gateway/requests"
@@ -159,4 +163,41 @@ func certPrincipal(t *testing.T, certPEM string) identity.Principal {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// TestNoGroupRefusalNamesRequests: a principal policy gives no group on a
+// cluster, but lets request a role there, is told in kubectl's refusal
+// which role and the command; one who may request nothing is not.
+func TestNoGroupRefusalNamesRequests(t *testing.T) {
+	data := policytest.ExampleData(t)
+	cfg := policytest.Config(t, data)
+	cfg["requests"].(map[string]any)["edit-demo"].(map[string]any)["requesters"] = map[string]any{"traits": map[string]any{"groups": []any{"oncall"}}}
+	r := startProxy(t, proxy.Config{Policy: policy.Options{Bundle: policytest.Bundle(t, "1", data), InsecureSkipVerify: true}})
+	oncall := identity.Principal{ClientID: identity.ClientKubectl, Kind: identity.KindUser, Name: "olga", Traits: map[string][]string{"groups": {"oncall"}}}
+	nobody := identity.Principal{ClientID: identity.ClientKubectl, Kind: identity.KindUser, Name: "nobody"}
+	for _, tt := range []struct {
+		p    identity.Principal
+		want string
+	}{
+		{oncall, `you may request access: limen request edit-demo --cluster demo --for 1h --reason "..." (at most 1h, 1 approval)`},
+		{nobody, ""},
+	} {
+		c := httpClient(r.tlsConfig(t, &tt.p, time.Hour), true)
+		resp, err := c.Get("https://" + r.addr + "/k8s/demo/api")
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var st struct{ Message string }
+		_ = json.Unmarshal(raw, &st)
+		body := st.Message
+		if resp.StatusCode != http.StatusForbidden {
+			t.Fatalf("%s: status %d, want 403", tt.p.Name, resp.StatusCode)
+		}
+		has := strings.Contains(body, "limen request")
+		if tt.want == "" && has || tt.want != "" && !strings.Contains(body, tt.want) {
+			t.Errorf("%s's refusal says %s; want %q", tt.p.Name, body, tt.want)
+		}
+	}
 }
