@@ -189,7 +189,7 @@ func (s *Service) Create(ctx context.Context, p identity.Principal, a Ask) (Requ
 		State: StatePending, Created: now, Expires: now.Add(ttl), Needed: t.Approvals}
 	auto := t.AutoApproveUpTo > 0 && a.Duration <= t.AutoApproveUpTo
 	if auto {
-		r.State, r.Expires = StateApproved, now.Add(a.Duration)
+		r.State, r.Expires = StateApproved, accessEnd(now, a.Duration)
 		r.Approvals = []Decision{{By: r.Requester, At: now, Policy: true, Reason: "policy: autoApproveUpTo " + t.AutoApproveUpTo.String()}}
 	}
 	rec, err := record(r)
@@ -209,6 +209,13 @@ func (s *Service) Create(ctx context.Context, p identity.Principal, a Ask) (Requ
 		}
 	}
 	return r, nil
+}
+
+// accessEnd is when access granted at now for d ends: in whole seconds, as
+// certificates carry it (ca.EncodeRequests), so that every hop ends it at
+// the same instant.
+func accessEnd(now time.Time, d time.Duration) time.Time {
+	return now.Add(d).Truncate(time.Second)
 }
 
 func (a Ask) validate() error {
@@ -315,7 +322,7 @@ func (s *Service) decide(ctx context.Context, by identity.Principal, id, reason 
 			if len(cur.Approvals) >= cur.Needed {
 				// The access starts with the last approval, for the
 				// duration asked: never from the moment of asking.
-				cur.State, cur.Expires = StateApproved, now.Add(cur.Duration)
+				cur.State, cur.Expires = StateApproved, accessEnd(now, cur.Duration)
 			}
 		} else {
 			cur.State, cur.Denial = StateDenied, &d
