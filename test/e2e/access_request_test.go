@@ -196,6 +196,20 @@ func TestAccessRequestConsole(t *testing.T) {
 	}
 	id := strings.TrimSpace(out)
 
+	// What bob may request is in limen kube access; kube login --all
+	// writes a context for the cluster.
+	if acc, err := e.Limen(ctx, "bob", "", "kube", "access", "demo", "-n", ns); err != nil || !strings.Contains(acc, "limen request edit-demo --cluster demo --for 1h") {
+		t.Errorf("limen kube access demo = %q, %v; want the edit-demo request named", acc, err)
+	}
+	all, err := e.Limen(ctx, "bob", "", "kube", "login", "--all")
+	if err != nil {
+		t.Fatal(err)
+	}
+	allKC := strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(all), "export KUBECONFIG="))
+	if _, stderr, code := kubectl(t, allKC, "", "--context", "limen-demo", "-n", ns, "get", "configmaps"); code != 0 {
+		t.Fatalf("kubectl --context limen-demo with the --all kubeconfig: exit %d, %s", code, stderr)
+	}
+
 	base := "https://" + e.ProxyAddr
 	b := consoleBrowser(t)
 	signIn(t, b, base, "alice", password("alice"))
