@@ -12,6 +12,9 @@
 #     console.sessions, console.recordings, console.access: open the
 #       Sessions, Recordings and "what may I do" pages, which show the
 #       caller's own sessions and recordings; every user may (self_service).
+#     console.requests: open the Requests page, which shows the caller's
+#       access requests and those policy lets the caller decide
+#       (requests.rego decides who approves, not this); every user may.
 #     sessions.list, recordings.list: see everyone's sessions, recordings.
 #     session.kill, session.observe (the live view), audit.search,
 #     locks.list, user.lock, user.unlock, policy.status.
@@ -47,7 +50,7 @@ administers(role, client) if {
 
 # self_service are the console pages every user may open: each shows only
 # the caller's own sessions and recordings, or what the caller may do.
-self_service := {"console.sessions", "console.recordings", "console.access"}
+self_service := {"console.sessions", "console.recordings", "console.access", "console.requests"}
 
 allow if {
 	input.principal.kind == "user"

@@ -8,6 +8,7 @@
 #   with the groups it contributes.
 package limen.kube
 
+import data.limen.requests
 import data.limen.roles
 
 # grants maps each role bound to input.principal that selects input.cluster
@@ -17,6 +18,16 @@ grants[role] := granted if {
 	some role in roles.bound
 	roles.serves(role, input.client)
 	roles.selects(role, input.cluster)
+	granted := {g | some g in data.limen.config.roles[role].groups; roles.valid_group(g)}
+	count(granted) > 0
+}
+
+# A role held through an approved access request (requests.elevated)
+# grants its groups as if bound, on the one cluster it was requested for.
+grants[role] := granted if {
+	roles.registered(input.client)
+	some role in requests.elevated
+	roles.serves(role, input.client)
 	granted := {g | some g in data.limen.config.roles[role].groups; roles.valid_group(g)}
 	count(granted) > 0
 }
@@ -36,6 +47,14 @@ groups contains g if {
 	some g in r.groups
 	not startswith(lower(g), "system:")
 	regex.match(`^[A-Za-z0-9][A-Za-z0-9:._@-]{0,252}$`, g)
+}
+
+groups contains g if {
+	data.limen.config.clients[input.client]
+	some role in requests.elevated
+	roles.serves(role, input.client)
+	some g in data.limen.config.roles[role].groups
+	roles.valid_group(g)
 }
 
 # clusters is the set of names of input.clusters where input.principal may

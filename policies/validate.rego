@@ -18,9 +18,99 @@ errors contains "data.limen.config must be an object with \"roles\" and \"bindin
 	not is_object(config)
 }
 
-errors contains sprintf("data.limen.config has unknown key %q (allowed: roles, bindings, bots, clients)", [key]) if {
+errors contains sprintf("data.limen.config has unknown key %q (allowed: roles, bindings, bots, clients, requests)", [key]) if {
 	some key, _ in config
-	not key in {"roles", "bindings", "bots", "clients"}
+	not key in {"roles", "bindings", "bots", "clients", "requests"}
+}
+
+# requests.<role> makes a role requestable (requests.rego).
+errors contains "data.limen.config.requests must be an object mapping role names to their request terms" if {
+	"requests" in object.keys(config)
+	not is_object(config.requests)
+}
+
+errors contains sprintf("requests.%s: no such role in data.limen.config.roles", [role]) if {
+	some role, _ in config.requests
+	not config.roles[role]
+}
+
+errors contains sprintf("requests.%s has unknown key %q (allowed: requesters, approvers, maxDuration, reasonRequired, approvals, autoApproveUpTo)", [role, key]) if {
+	some role, rule in config.requests
+	some key, _ in rule
+	not key in {"requesters", "approvers", "maxDuration", "reasonRequired", "approvals", "autoApproveUpTo"}
+}
+
+errors contains sprintf("requests.%s: role %q grants group %v, and a requestable role may never grant a \"system:\" group", [role, role, g]) if {
+	some role, _ in config.requests
+	some g in config.roles[role].groups
+	startswith(lower(sprintf("%v", [g])), "system:")
+}
+
+errors contains sprintf("requests.%s: \"maxDuration\" must be a positive duration such as \"1h\"", [role]) if {
+	some role, rule in config.requests
+	not positive_duration(object.get(rule, "maxDuration", null))
+}
+
+errors contains sprintf("requests.%s: \"autoApproveUpTo\" must be a duration no longer than maxDuration", [role]) if {
+	some role, rule in config.requests
+	"autoApproveUpTo" in object.keys(rule)
+	not auto_approve_ok(rule)
+}
+
+errors contains sprintf("requests.%s: \"approvals\" must be a whole number from 1 to 10", [role]) if {
+	some role, rule in config.requests
+	n := object.get(rule, "approvals", 1)
+	not approvals_ok(n)
+}
+
+errors contains sprintf("requests.%s: \"reasonRequired\" must be true or false", [role]) if {
+	some role, rule in config.requests
+	not is_boolean(object.get(rule, "reasonRequired", false))
+}
+
+errors contains sprintf("requests.%s.%s must name \"roles\" (a list of role names) or \"traits\" (trait name to a list of values), and nothing else", [role, who]) if {
+	some role, rule in config.requests
+	some who in ["requesters", "approvers"]
+	not valid_selector(object.get(rule, who, null))
+}
+
+errors contains sprintf("requests.%s.%s names unknown role %q", [role, who, r]) if {
+	some role, rule in config.requests
+	some who in ["requesters", "approvers"]
+	some r in object.get(rule[who], "roles", [])
+	is_string(r)
+	not config.roles[r]
+}
+
+positive_duration(d) if {
+	is_string(d)
+	time.parse_duration_ns(d) > 0
+}
+
+auto_approve_ok(rule) if {
+	is_string(rule.autoApproveUpTo)
+	a := time.parse_duration_ns(rule.autoApproveUpTo)
+	a >= 0
+	a <= time.parse_duration_ns(rule.maxDuration)
+}
+
+approvals_ok(n) if {
+	is_number(n)
+	n == floor(n)
+	n >= 1
+	n <= 10
+}
+
+valid_selector(sel) if {
+	is_object(sel)
+	count(sel) > 0
+	every k, _ in sel {
+		k in {"roles", "traits"}
+	}
+	all_strings(object.get(sel, "roles", []))
+	every _, values in object.get(sel, "traits", {}) {
+		all_strings(values)
+	}
 }
 
 # bots.<name>.oidc lists the CI tokens that log the bot in (bots.rego): each

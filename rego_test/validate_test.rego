@@ -20,7 +20,7 @@ test_config_not_object if {
 }
 
 test_unknown_top_level_key if {
-	errors_for({"roles": {}, "bindings": {}, "rolez": {}}) == {`data.limen.config has unknown key "rolez" (allowed: roles, bindings, bots, clients)`}
+	errors_for({"roles": {}, "bindings": {}, "rolez": {}}) == {`data.limen.config has unknown key "rolez" (allowed: roles, bindings, bots, clients, requests)`}
 }
 
 test_empty_selector_refused if {

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 
 	"github.com/limenhq/limen/gateway/authapi"
 	"github.com/limenhq/limen/gateway/profile"
+	"github.com/limenhq/limen/gateway/requestapi"
 )
 
 func newKubeCmd() *cobra.Command {
@@ -69,9 +71,10 @@ requests to that cluster get 503).`,
 
 func newKubeLoginCmd() *cobra.Command {
 	var app string
+	var all bool
 	cmd := &cobra.Command{
-		Use:   "login CLUSTER [--app NAME]",
-		Short: "Write a kubeconfig for CLUSTER whose only credential is the limen plugin, and print the export line",
+		Use:   "login CLUSTER [--app NAME] | login --all",
+		Short: "Write a kubeconfig for CLUSTER (or, with --all, every cluster you can reach or request) whose only credential is the limen plugin, and print the export line",
 		Long: `Write a separate JSON kubeconfig for CLUSTER in the profile directory. Its
 server is https://HOST:PORT with no path, its tls-server-name is
 CLUSTER.kube.HOST (the proxy routes by that name, so kubectl get --raw and
@@ -81,11 +84,24 @@ line, or merge it with your own as KUBECONFIG=yours:this. Kubeconfigs
 written before, with the server https://HOST:PORT/k8s/CLUSTER, keep
 working except for commands that drop the path.
 
+With --all it writes one kubeconfig (kubeconfig-all.json) with a context
+limen-CLUSTER for each cluster policy lets you reach and each where you
+may request a role (limen request), so that kubectl --context switches
+between them.
+
 With --app NAME the kubeconfig's credential is bound to the application
 client NAME, registered in policy: the plugin exchanges your login
 certificate for a short-lived one for NAME, and requests made with it get
 NAME's groups, user name and scope, never the command line's.`,
-		Args: cobra.ExactArgs(1),
+		Args: func(cmd *cobra.Command, args []string) error {
+			if all {
+				if len(args) != 0 || app != "" {
+					return fmt.Errorf("--all writes every cluster: give no CLUSTER and no --app")
+				}
+				return nil
+			}
+			return cobra.ExactArgs(1)(cmd, args)
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			p, err := commandProfile(cmd)
 			if err != nil {
@@ -95,7 +111,12 @@ NAME's groups, user name and scope, never the command line's.`,
 			if err != nil {
 				return err
 			}
-			if c, err := p.Client(creds); err == nil {
+			var reachable []string
+			if all {
+				if reachable, err = allClusters(cmd, p, creds); err != nil {
+					return err
+				}
+			} else if c, err := p.Client(creds); err == nil {
 				if list, err := c.Clusters(cmd.Context()); err == nil && !slices.ContainsFunc(list, func(c2 authapi.Cluster) bool { return c2.Name == args[0] }) {
 					fmt.Fprintf(cmd.ErrOrStderr(), "warning: policy does not list cluster %s for you; requests will be refused (see limen kube ls)\n", args[0])
 				}
@@ -118,16 +139,50 @@ NAME's groups, user name and scope, never the command line's.`,
 			if h := os.Getenv("LIMEN_HOME"); h != "" {
 				plugin.Env = map[string]string{"LIMEN_HOME": h}
 			}
-			path, err := p.WriteKubeconfig(args[0], plugin)
+			var path string
+			if all {
+				path, err = p.WriteAllKubeconfig(reachable, plugin)
+			} else {
+				path, err = p.WriteKubeconfig(args[0], plugin)
+			}
 			if err != nil {
 				return err
+			}
+			if all {
+				fmt.Fprintf(cmd.ErrOrStderr(), "contexts: limen-%s\n", strings.Join(reachable, ", limen-"))
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "export KUBECONFIG=%s\n", path)
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&app, "app", "", "bind the credential to this application client, registered in policy")
+	cmd.Flags().BoolVar(&all, "all", false, "one kubeconfig with a context per cluster you can reach or may request")
 	return cmd
+}
+
+// allClusters are the clusters policy lets the caller reach and those
+// where it may request a role, sorted, each once.
+func allClusters(cmd *cobra.Command, p *profile.Profile, creds *profile.Credentials) ([]string, error) {
+	c, err := p.Client(creds)
+	if err != nil {
+		return nil, err
+	}
+	list, err := c.Clusters(cmd.Context())
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, cl := range list {
+		names = append(names, cl.Name)
+	}
+	rc := &requestapi.Client{Client: c.Client}
+	more, err := rc.Clusters(cmd.Context())
+	if err != nil {
+		return nil, fmt.Errorf("clusters where you may request access: %w", err)
+	}
+	names = append(names, more...)
+	slices.Sort(names)
+	return slices.Compact(names), nil
 }
 
 func newKubeCredentialsCmd() *cobra.Command {
@@ -137,7 +192,12 @@ func newKubeCredentialsCmd() *cobra.Command {
 		Short: "kubectl exec credential plugin: print the stored certificate as an ExecCredential",
 		Long: `Print the stored certificate and key as a client.authentication.k8s.io/v1
 ExecCredential for kubectl. It never prompts: with no valid certificate it
-exits non-zero and says to run limen login.`,
+exits non-zero and says to run limen login.
+
+When access requests were made from this profile (limen request), it
+prints instead a certificate the proxy issues against your login that
+carries the approved ones, asking the proxy again while one is pending
+or has expired (docs/ACCESS-REQUESTS.md).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			p, err := commandProfile(cmd)
@@ -147,8 +207,10 @@ exits non-zero and says to run limen login.`,
 			var creds *profile.Credentials
 			if app != "" {
 				creds, err = p.AppCredentials(cmd.Context(), app, time.Now())
-			} else {
-				creds, err = pluginCredentials(cmd.Context(), p, time.Now())
+			} else if creds, err = pluginCredentials(cmd.Context(), p, time.Now()); err == nil {
+				// With access requests made from this profile, the
+				// certificate that carries the approved ones.
+				creds, err = p.ElevatedCredentials(cmd.Context(), creds, time.Now(), func(msg string) { fmt.Fprintln(cmd.ErrOrStderr(), msg) })
 			}
 			if err != nil {
 				return err

@@ -14,6 +14,7 @@ import (
 	"github.com/limenhq/limen/gateway/access"
 	"github.com/limenhq/limen/gateway/profile"
 	"github.com/limenhq/limen/gateway/proxy"
+	"github.com/limenhq/limen/gateway/requestapi"
 )
 
 func newKubeAccessCmd() *cobra.Command {
@@ -58,7 +59,16 @@ of scope (the client's Limen scope refuses it before Kubernetes is asked).`,
 			if output != "" {
 				return fmt.Errorf("-o %s: only json is supported", output)
 			}
-			return printAccess(cmd, rep)
+			if err := printAccess(cmd, rep); err != nil {
+				return err
+			}
+			// What could be requested on top (docs/ACCESS-REQUESTS.md);
+			// a proxy that cannot say leaves the report as it is.
+			rc := &requestapi.Client{Client: c.Client}
+			if req, err := rc.Requestable(cmd.Context(), args[0]); err == nil && len(req.Roles) > 0 {
+				fmt.Fprintf(cmd.OutOrStdout(), "\nYou may request more on %s: %s\n", args[0], proxy.RequestCommands(args[0], req.Roles))
+			}
+			return nil
 		},
 	}
 	cmd.Flags().StringVar(&app, "app", "", "answer for this application client (limen kube login --app)")

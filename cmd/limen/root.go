@@ -44,6 +44,7 @@ of precedence.`,
 		newLockCmd(), newUnlockCmd(), newLocksCmd(), newSessionsCmd(),
 		newPolicyCmd(),
 		newRecordingsCmd(), newPlayCmd(),
+		newRequestCmd(), newRequestsCmd(),
 	)
 	return root
 }

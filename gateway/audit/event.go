@@ -44,6 +44,15 @@ const (
 	TypeUserLock     Type = "user.lock"
 	TypeUserUnlock   Type = "user.unlock"
 	TypeSessionKill  Type = "session.kill"
+	// The steps of an access request (gateway/requests): made, approved
+	// (once per approver), denied, expired (its access ended, or it lapsed
+	// unapproved) and first used by a proxy. Fields name the request, role,
+	// cluster, requester and the reason given.
+	TypeAccessRequest Type = "access.request"
+	TypeAccessApprove Type = "access.approve"
+	TypeAccessDeny    Type = "access.deny"
+	TypeAccessExpire  Type = "access.expire"
+	TypeAccessUse     Type = "access.use"
 	// TypeAuditRetention is one run of --audit-retention: how many events
 	// it deleted, and how many old ones it kept because an export had not
 	// delivered them yet.
@@ -158,11 +167,14 @@ const (
 	ActionLogin = "login"
 	// ActionEnroll: a worker enrollment with a join token (/v1/enroll).
 	ActionEnroll = "enroll"
+	// ActionAccess: an access request made, approved or denied
+	// (/v1/requests).
+	ActionAccess = "access"
 )
 
 // ValidAction reports whether a is one of the Action… values.
 func ValidAction(a string) bool {
-	return a == ActionKube || a == ActionAdmin || a == ActionLogin || a == ActionEnroll
+	return a == ActionKube || a == ActionAdmin || a == ActionLogin || a == ActionEnroll || a == ActionAccess
 }
 
 // Session is the body of session.start and session.end events.

@@ -107,6 +107,14 @@ func (a *Authority) IssueUser(pub crypto.PublicKey, p identity.Principal, ttl ti
 	if err != nil {
 		return nil, fmt.Errorf("issue certificate: %w", err)
 	}
+	exts := []pkix.Extension{{Id: OIDPrincipal, Value: ext}}
+	if len(p.Requests) > 0 {
+		rext, err := EncodeRequests(p.Requests)
+		if err != nil {
+			return nil, fmt.Errorf("issue certificate: %w", err)
+		}
+		exts = append(exts, pkix.Extension{Id: OIDRequests, Value: rext})
+	}
 	if ttl <= 0 || ttl > a.userTTL {
 		ttl = a.userTTL
 	}
@@ -117,7 +125,7 @@ func (a *Authority) IssueUser(pub crypto.PublicKey, p identity.Principal, ttl ti
 		NotAfter:        now.Add(ttl),
 		KeyUsage:        x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:     []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-		ExtraExtensions: []pkix.Extension{{Id: OIDPrincipal, Value: ext}},
+		ExtraExtensions: exts,
 	}, a.user, pub)
 }
 

@@ -117,6 +117,9 @@ func principalOf(leaf *x509.Certificate) (identity.Principal, error) {
 	if p.Name != leaf.Subject.CommonName {
 		return identity.Principal{}, fmt.Errorf("%w: principal %q does not match subject %q", ErrBadExtension, p.Name, leaf.Subject.CommonName)
 	}
+	if p.Requests, err = requestsOf(leaf); err != nil {
+		return identity.Principal{}, err
+	}
 	return p, nil
 }
 

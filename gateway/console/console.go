@@ -59,6 +59,9 @@ const (
 	ActionLock          = adminapi.ActionLock
 	ActionUnlock        = adminapi.ActionUnlock
 	ActionPolicy        = "policy.status"
+	// ActionRequests opens the Requests page (requests.go): every user
+	// may; policies/requests.rego decides who approves what.
+	ActionRequests = "console.requests"
 )
 
 // TypeSessionObserve is the audit event of a live view being opened.
@@ -139,6 +142,9 @@ type Config struct {
 	// Access answers "what may I do" (#13's three answers); nil says the
 	// computation is not wired into this proxy yet.
 	Access AccessFunc
+	// Requests are the access requests, for the Requests page; nil
+	// leaves the page out.
+	Requests RequestService
 	// Clusters lists the clusters p may reach, to offer on the "what may I
 	// do" page; nil offers none.
 	Clusters func(ctx context.Context, p identity.Principal) ([]string, error)
@@ -278,6 +284,10 @@ func (h *Handler) routes() {
 	m.HandleFunc("POST "+Prefix+"locks/{kind}/{name}/unlock", h.page(ActionUnlock, h.unlock))
 	m.HandleFunc("GET "+Prefix+"policy", h.page(ActionPolicy, h.policyPage))
 	m.HandleFunc("GET "+Prefix+"access", h.page(ActionAccess, h.accessPage))
+	if h.cfg.Requests != nil {
+		m.HandleFunc("GET "+Prefix+"requests", h.page(ActionRequests, h.requestsPage))
+		m.HandleFunc("POST "+Prefix+"requests/{id}/{verb}", h.page(ActionRequests, h.decideRequest))
+	}
 	m.HandleFunc(Prefix, func(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, nil, http.StatusNotFound, "no such console page")
 	})

@@ -14,7 +14,7 @@ import (
 
 // pageNames are the templates/ files that are pages; each is parsed with
 // layout.html into a set of its own.
-var pageNames = []string{"signin", "error", "sessions", "live", "recordings", "recording", "audit", "locks", "policy", "access"}
+var pageNames = []string{"signin", "error", "sessions", "live", "recordings", "recording", "audit", "locks", "policy", "access", "requests"}
 
 type pages struct{ t map[string]*template.Template }
 
@@ -70,11 +70,12 @@ var menu = []struct{ path, label, action string }{
 	{"locks", "Locks", ActionLocks},
 	{"policy", "Policy", ActionPolicy},
 	{"access", "What may I do", ActionAccess},
+	{"requests", "Requests", ActionRequests},
 }
 
 var titles = map[string]string{"signin": "Sign in", "error": "Error", "sessions": "Sessions", "live": "Live view",
 	"recordings": "Recordings", "recording": "Recording", "audit": "Audit search", "locks": "Locks",
-	"policy": "Policy status", "access": "What may I do"}
+	"policy": "Policy status", "access": "What may I do", "requests": "Access requests"}
 
 // render writes page name with data; s is the sign-in (nil before it), for
 // the menu (only the pages policy lets them open) and the CSRF token.
@@ -83,6 +84,9 @@ func (h *Handler) render(w http.ResponseWriter, r *http.Request, status int, nam
 	if s != nil {
 		v.User, v.CSRF = s.p.QualifiedName(), s.csrf
 		for _, m := range menu {
+			if m.action == ActionRequests && h.cfg.Requests == nil {
+				continue
+			}
 			if h.may(r, s.p, m.action) {
 				v.Nav = append(v.Nav, navItem{Path: Prefix + m.path, Label: m.label,
 					Current: strings.HasPrefix(r.URL.Path, Prefix+m.path)})

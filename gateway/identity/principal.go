@@ -44,6 +44,9 @@ type Principal struct {
 	// LoginID identifies the login that produced the credential, so that audit
 	// can tie every request back to one login.
 	LoginID string `json:"login_id,omitempty"`
+	// Requests are the approved access requests the credential carries
+	// (Elevation); Same ignores them, as it ignores traits.
+	Requests []Elevation `json:"requests,omitempty"`
 }
 
 // MaxNameLen bounds principal and trait names.
@@ -66,6 +69,14 @@ func (p Principal) Validate() error {
 		}
 		if err := ValidIssuer(p.Issuer); err != nil {
 			return fmt.Errorf("principal issuer: %w", err)
+		}
+	}
+	if len(p.Requests) > MaxElevations {
+		return fmt.Errorf("principal carries %d access requests, at most %d are allowed", len(p.Requests), MaxElevations)
+	}
+	for _, e := range p.Requests {
+		if err := e.Validate(); err != nil {
+			return err
 		}
 	}
 	for k, vs := range p.Traits {

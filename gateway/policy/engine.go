@@ -147,15 +147,19 @@ func (e *Engine) Groups(ctx context.Context, p identity.Principal, c Cluster) (D
 		// register, gets nothing: never another client's groups.
 		return Decision{Revision: s.revision}, nil
 	}
+	var requested []string
+	if len(p.Requests) > 0 {
+		requested = p.ActiveRoles(c.Name, time.Now())
+	}
 	var buf [256]byte
-	key := appendCacheKey(buf[:0], p, c)
+	key := appendCacheKey(buf[:0], p, c, requested)
 	if g, ok := s.cache.get(key); ok {
 		return Decision{Groups: slices.Clone(g), Revision: s.revision, Cached: true, Scope: sc}, nil
 	}
 	if err := checkInput(p, c); err != nil {
 		return Decision{}, err
 	}
-	good, bad, err := s.evalGroups(ctx, groupsInput(p, c))
+	good, bad, err := s.evalGroups(ctx, groupsInput(p, c, requested))
 	if err != nil {
 		return Decision{}, err
 	}
@@ -212,7 +216,7 @@ func (e *Engine) Explain(ctx context.Context, p identity.Principal, c Cluster) (
 	if err != nil || s.grants == nil {
 		return d, err
 	}
-	rs, err := s.grants.Eval(ctx, rego.EvalParsedInput(groupsInput(p, c)))
+	rs, err := s.grants.Eval(ctx, rego.EvalParsedInput(groupsInput(p, c, p.ActiveRoles(c.Name, time.Now()))))
 	if err != nil {
 		return d, fmt.Errorf("%w: evaluate %s: %v", ErrUnavailable, queryGrants, err)
 	}

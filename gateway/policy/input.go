@@ -75,12 +75,24 @@ func clusterTerm(c Cluster) *ast.Term {
 
 // The client is its own key beside the principal, not one of its traits, so
 // that no identity source can set it by naming a trait "client".
-func groupsInput(p identity.Principal, c Cluster) ast.Value {
-	return ast.NewObject(
+//
+// requested are the roles of p's approved access requests active on c
+// (identity.Principal.ActiveRoles); policy adds their groups only where it
+// still lets p request them (policies/requests.rego).
+func groupsInput(p identity.Principal, c Cluster, requested []string) ast.Value {
+	in := ast.NewObject(
 		ast.Item(ast.InternedTerm("client"), ast.StringTerm(p.ClientID)),
 		ast.Item(ast.InternedTerm("principal"), principalTerm(p)),
 		ast.Item(ast.InternedTerm("cluster"), clusterTerm(c)),
 	)
+	if len(requested) > 0 {
+		terms := make([]*ast.Term, len(requested))
+		for i, r := range requested {
+			terms[i] = ast.StringTerm(r)
+		}
+		in.Insert(ast.InternedTerm("requested"), ast.ArrayTerm(terms...))
+	}
+	return in
 }
 
 func clustersInput(p identity.Principal, cs []Cluster) ast.Value {
@@ -110,7 +122,7 @@ func adminInput(p identity.Principal, action string) ast.Value {
 // unambiguously: every string is length-prefixed and every map is counted
 // and written in key order. Callers pass a stack buffer so that a cache hit
 // allocates nothing for the key.
-func appendCacheKey(b []byte, p identity.Principal, c Cluster) []byte {
+func appendCacheKey(b []byte, p identity.Principal, c Cluster, requested []string) []byte {
 	b = appendString(b, string(p.Kind))
 	b = appendString(b, p.Name)
 	// Provenance: the provider's bob is never answered from the local
@@ -134,11 +146,17 @@ func appendCacheKey(b []byte, p identity.Principal, c Cluster) []byte {
 		b = appendString(b, k)
 		b = appendString(b, c.Labels[k])
 	}
+	// An elevated decision is never answered from the plain one, nor the
+	// reverse; once a request expires its role leaves the key.
+	b = strconv.AppendInt(b, int64(len(requested)), 10)
+	for _, r := range requested {
+		b = appendString(b, r)
+	}
 	return b
 }
 
 // cacheKey is appendCacheKey as a string, for tests.
-func cacheKey(p identity.Principal, c Cluster) string { return string(appendCacheKey(nil, p, c)) }
+func cacheKey(p identity.Principal, c Cluster) string { return string(appendCacheKey(nil, p, c, nil)) }
 
 func appendString(b []byte, s string) []byte {
 	b = strconv.AppendInt(b, int64(len(s)), 10)

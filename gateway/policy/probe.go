@@ -52,7 +52,7 @@ func probeClient(ctx context.Context, s *snapshot, client string, principals []i
 			if *budget--; *budget < 0 {
 				return nil
 			}
-			_, bad, err := s.evalGroups(ctx, groupsInput(p, c))
+			_, bad, err := s.evalGroups(ctx, groupsInput(p, c, nil))
 			if err != nil {
 				return fmt.Errorf("%w: probe %s on cluster %s: %v", ErrBundleRefused, p, c.Name, err)
 			}

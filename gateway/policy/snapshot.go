@@ -38,7 +38,11 @@ type snapshot struct {
 	clusters  rego.PreparedEvalQuery
 	admin     rego.PreparedEvalQuery
 	botOIDC   *rego.PreparedEvalQuery
-	cache     *decisionCache
+	// requestable and mayApprove are the access-request decisions, nil
+	// when the bundle has none (requests.go).
+	requestable *rego.PreparedEvalQuery
+	mayApprove  *rego.PreparedEvalQuery
+	cache       *decisionCache
 	// scopes are the registered clients and their compiled scope lists
 	// (data.limen.config.clients), matched per request without Rego.
 	scopes *scope.Set
@@ -103,6 +107,16 @@ func compile(ctx context.Context, c content, cacheEntries int) (*snapshot, error
 			return nil, err
 		}
 		s.botOIDC = &b
+	}
+	for q, dst := range map[string]**rego.PreparedEvalQuery{queryRequestable: &s.requestable, queryMayApprove: &s.mayApprove} {
+		if len(compiler.GetRulesExact(ast.MustParseRef(q))) == 0 {
+			continue
+		}
+		pq, err := prepare(q)
+		if err != nil {
+			return nil, err
+		}
+		*dst = &pq
 	}
 	if err := checkData(ctx, prepare); err != nil {
 		return nil, err

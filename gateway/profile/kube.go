@@ -43,27 +43,39 @@ type Plugin struct {
 // request URIs themselves drop a server URL's path, but every client sends
 // the server name.
 func (p *Profile) WriteKubeconfig(cluster string, plugin Plugin) (string, error) {
-	if err := ca.ValidClusterName(cluster); err != nil {
-		return "", err
+	path := p.KubeconfigPath(cluster)
+	if plugin.App != "" {
+		path = p.AppKubeconfigPath(cluster, plugin.App)
 	}
+	return p.writeKubeconfig(path, []string{cluster}, plugin)
+}
+
+// AllKubeconfigPath is where `limen kube login --all` writes its kubeconfig.
+func (p *Profile) AllKubeconfigPath() string { return filepath.Join(p.Dir, "kubeconfig-all.json") }
+
+// WriteAllKubeconfig writes one JSON kubeconfig with a context per cluster
+// (named limen-CLUSTER, the first one current), so that kubectl --context
+// switches between them, and returns its path.
+func (p *Profile) WriteAllKubeconfig(clusters []string, plugin Plugin) (string, error) {
+	if len(clusters) == 0 {
+		return "", fmt.Errorf("no cluster to write a kubeconfig for (limen kube ls lists yours)")
+	}
+	return p.writeKubeconfig(p.AllKubeconfigPath(), clusters, plugin)
+}
+
+func (p *Profile) writeKubeconfig(path string, clusters []string, plugin Plugin) (string, error) {
 	caPEM, err := p.CAPEM()
 	if err != nil {
 		return "", err
 	}
-	name := "limen-" + cluster
-	path := p.KubeconfigPath(cluster)
 	args := []string{"kube", "credentials", "--proxy", p.Proxy}
+	suffix := ""
 	if plugin.App != "" {
 		if err := identity.ValidClient(plugin.App); err != nil {
 			return "", fmt.Errorf("--app: %w", err)
 		}
-		name += "-app-" + plugin.App
-		path = p.AppKubeconfigPath(cluster, plugin.App)
+		suffix = "-app-" + plugin.App
 		args = append(args, "--app", plugin.App)
-	}
-	sn, err := ServerName(p.Proxy, cluster)
-	if err != nil {
-		return "", err
 	}
 	exec := &clientcmdv1.ExecConfig{
 		APIVersion:      ExecAPIVersion,
@@ -75,17 +87,26 @@ func (p *Profile) WriteKubeconfig(cluster string, plugin Plugin) (string, error)
 	for k, v := range plugin.Env {
 		exec.Env = append(exec.Env, clientcmdv1.ExecEnvVar{Name: k, Value: v})
 	}
-	cfg := clientcmdv1.Config{
-		Kind:       "Config",
-		APIVersion: "v1",
-		Clusters: []clientcmdv1.NamedCluster{{Name: name, Cluster: clientcmdv1.Cluster{
+	cfg := clientcmdv1.Config{Kind: "Config", APIVersion: "v1"}
+	for _, cluster := range clusters {
+		if err := ca.ValidClusterName(cluster); err != nil {
+			return "", err
+		}
+		sn, err := ServerName(p.Proxy, cluster)
+		if err != nil {
+			return "", err
+		}
+		name := "limen-" + cluster + suffix
+		cfg.Clusters = append(cfg.Clusters, clientcmdv1.NamedCluster{Name: name, Cluster: clientcmdv1.Cluster{
 			Server:                   "https://" + p.Proxy,
 			TLSServerName:            sn,
 			CertificateAuthorityData: caPEM,
-		}}},
-		AuthInfos:      []clientcmdv1.NamedAuthInfo{{Name: name, AuthInfo: clientcmdv1.AuthInfo{Exec: exec}}},
-		Contexts:       []clientcmdv1.NamedContext{{Name: name, Context: clientcmdv1.Context{Cluster: name, AuthInfo: name}}},
-		CurrentContext: name,
+		}})
+		cfg.AuthInfos = append(cfg.AuthInfos, clientcmdv1.NamedAuthInfo{Name: name, AuthInfo: clientcmdv1.AuthInfo{Exec: exec}})
+		cfg.Contexts = append(cfg.Contexts, clientcmdv1.NamedContext{Name: name, Context: clientcmdv1.Context{Cluster: name, AuthInfo: name}})
+		if cfg.CurrentContext == "" {
+			cfg.CurrentContext = name
+		}
 	}
 	data, err := json.MarshalIndent(cfg, "", "  ")
 	if err != nil {

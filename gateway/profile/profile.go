@@ -127,6 +127,9 @@ func (p *Profile) Logout() (bool, error) {
 	if err := p.RemoveApps(); err != nil {
 		return false, fmt.Errorf("logout: %w", err)
 	}
+	if err := p.RemoveRequests(); err != nil {
+		return false, fmt.Errorf("logout: %w", err)
+	}
 	removed := false
 	for _, f := range []string{FileCert, FileKey} {
 		err := os.Remove(p.path(f))

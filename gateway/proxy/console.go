@@ -123,7 +123,7 @@ func (s *Server) mountConsole(c Config) error {
 		Clusters: func(ctx context.Context, p identity.Principal) ([]string, error) {
 			return configuredClusters{engine: s.Policy, names: c.Clusters, labels: c.ClusterLabels}.Clusters(ctx, p)
 		},
-		Access: s.Kube.Access, OIDC: signInOIDC, OIDCRedirectURL: c.ConsoleOIDCRedirectURL,
+		Access: s.Kube.Access, OIDC: signInOIDC, OIDCRedirectURL: c.ConsoleOIDCRedirectURL, Requests: s.Requests,
 		Now: c.Now, Logger: s.log.With("component", "console"),
 	})
 	if err != nil {

@@ -99,6 +99,12 @@ type Kube struct {
 	// request's events (audit.Store.Room): a full one refuses the request
 	// before anything is forwarded.
 	AuditRoom func(ctx context.Context) error
+	// Elevations re-checks the access requests a credential carries on
+	// every request (requests.go); nil honours none.
+	Elevations ElevationChecker
+	// Requestable names, in a refusal for want of any group, the roles
+	// the principal could request there (requests.go); nil names none.
+	Requestable Requester
 	// Starts finds a session's stored session.start when the registry no
 	// longer knows the session (SessionEvent); nil: only the registry.
 	Starts StartFinder
@@ -114,6 +120,7 @@ type Kube struct {
 	Tracer  trace.Tracer
 	Metrics *telemetry.Metrics
 
+	used       usedRequests
 	relayOnce  sync.Once
 	relay      *httputil.ReverseProxy
 	signerOnce sync.Once
@@ -185,8 +192,14 @@ func (k *Kube) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	p, elevatedUntil, err := k.elevate(r, p, cluster, now)
+	if err != nil {
+		k.Logger.ErrorContext(r.Context(), "access requests", "cluster", cluster, "user", p.String(), "err", err)
+		writeStatus(w, http.StatusServiceUnavailable, "Limen cannot confirm your access requests (its store is unavailable); try again or ask your operator")
+		return
+	}
 	pctx, step := k.step(ctx, "limen.proxy.policy")
-	dec, err := k.Policy.Groups(pctx, p, k.Clusters(cluster))
+	dec, p, elevated, err := k.decideElevated(pctx, p, k.Clusters(cluster))
 	step.SetAttributes(attribute.Bool("limen.policy.cached", dec.Cached), attribute.String("limen.policy.revision", dec.Revision))
 	step.End()
 	if err != nil {
@@ -205,8 +218,14 @@ func (k *Kube) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// anyone who asks.
 		deny(http.StatusForbidden, p, "policy grants no group on "+cluster,
 			fmt.Sprintf("Limen policy grants %s no group on cluster %q: the cluster is unknown or you have no access to it "+
-				"(limen kube ls lists the clusters you may reach)", p.QualifiedName(), cluster))
+				"(limen kube ls lists the clusters you may reach)%s", p.QualifiedName(), cluster, k.requestHint(r, p, cluster)))
 		return
+	}
+	if elevated {
+		// The grant, and every stream under it, ends when the earliest
+		// request it needs expires: not a second later.
+		certExpiry = minTime(certExpiry, elevatedUntil)
+		k.auditUse(r, p, cluster, dec.Groups, now)
 	}
 	info := k.classify(r, path)
 	review := isReview(r, info)

@@ -27,6 +27,7 @@ import (
 	"github.com/limenhq/limen/gateway/oidc"
 	"github.com/limenhq/limen/gateway/policy"
 	"github.com/limenhq/limen/gateway/recstore"
+	"github.com/limenhq/limen/gateway/requests"
 	"github.com/limenhq/limen/gateway/sessions"
 	"github.com/limenhq/limen/gateway/store"
 	"github.com/limenhq/limen/gateway/store/sqlite"
@@ -151,7 +152,9 @@ type Server struct {
 	// configured), which the console uses for its own sign-in.
 	Bots *bots.Store
 	OIDC *oidc.Provider
-	ci   []authapi.CIIssuer
+	// Requests are the access requests (requests.go).
+	Requests *requests.Service
+	ci       []authapi.CIIssuer
 
 	recordings *recstore.Store
 	retention  *recstore.Retention
@@ -257,6 +260,9 @@ func New(ctx context.Context, c Config) (_ *Server, err error) {
 	}
 	s.handleHealth()
 	if err := s.mountAPIs(c); err != nil {
+		return nil, err
+	}
+	if err := s.openRequests(ctx, c); err != nil {
 		return nil, err
 	}
 	if err := s.mountConsole(c); err != nil {
@@ -424,6 +430,7 @@ func (s *Server) mountAPIs(c Config) error {
 		Audit: s.Denials, Now: c.Now, Logger: s.log.With("component", "admin"),
 		OnChange: func(ctx context.Context, ch locks.Change) {
 			s.LockSet.Apply(ch)
+			s.endRequestsOnLock(ctx, ch)
 			s.push(ctx, "", func() (tunnel.Message, error) { return locks.ChangeMessage(ch) }, locks.CheckAck)
 		},
 		OnKill: func(ctx context.Context, info sessions.Info, by identity.Principal) {
@@ -512,6 +519,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		wg.Go(func() { s.retention.Run(ctx) })
 	}
 	wg.Go(func() { s.peers.Run(ctx) })
+	wg.Go(func() { s.Requests.Sweep(ctx, RequestSweepInterval) })
 	if feed, ok := s.store.(store.Feed); ok {
 		wg.Go(func() { s.watchLocks(ctx, feed) })
 		wg.Go(func() { s.watchKills(ctx, feed) })

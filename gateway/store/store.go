@@ -48,6 +48,8 @@ type Backend interface {
 	Policy(ctx context.Context) (Policy, error)
 	// SignIns opens the console's sign-ins.
 	SignIns(ctx context.Context) (SignIns, error)
+	// Requests opens the access requests (requests.go).
+	Requests(ctx context.Context) (Requests, error)
 	// Engine names the engine ("sqlite", "postgres") for logs and doctor.
 	Engine() string
 	Close() error

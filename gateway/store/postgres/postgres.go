@@ -133,6 +133,7 @@ var domains = []struct {
 	{"peers", peersMigrations},
 	{"replays", replaysMigrations},
 	{"export", exportMigrations},
+	{"requests", requestsMigrations},
 }
 
 // migrate applies the missing migrations of every domain while holding

@@ -52,6 +52,10 @@ func Run(t *testing.T, open Opener) {
 		{"SignIns", testSignIns},
 		{"PolicyFloor", testPolicyFloor},
 		{"Sessions", testSessions},
+		{"Requests", testRequests},
+		{"RequestRefusals", testRequestRefusals},
+		{"RequestApprovedOnce", testRequestApprovedOnce},
+		{"RequestUpdateSerialized", testRequestUpdateSerialized},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
