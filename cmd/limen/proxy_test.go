@@ -1,8 +1,10 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -45,6 +47,11 @@ func TestProxyConfig(t *testing.T) {
 		}},
 		{name: "worker ttl", args: []string{"--data-dir", dir, "--worker-cert-ttl", "1m"}, want: "worker-cert-ttl"},
 		{name: "bad peer address", args: []string{"--data-dir", dir, "--peer-address", "https://10.0.0.5:8443"}, want: "peer-address"},
+		{name: "load balancers", args: []string{"--data-dir", dir, "--proxy-protocol-from", "10.0.0.0/8,192.0.2.7"}, check: func(t *testing.T, c proxyConfig) {
+			if got := fmt.Sprint(c.Limits.ProxyProtocolFrom); got != "[10.0.0.0/8 192.0.2.7/32]" {
+				t.Errorf("proxy-protocol-from %s", got)
+			}
+		}},
 		{name: "load balancer by name", args: []string{"--data-dir", dir, "--proxy-protocol-from", "lb.example.com"}, want: "proxy-protocol-from"},
 		{name: "load balancer prefix too long", env: map[string]string{"LIMEN_PROXY_PROTOCOL_FROM": "10.0.0.0/33"}, args: []string{"--data-dir", dir}, want: "proxy-protocol-from"},
 		{name: "lock view trusted too briefly", args: []string{"--data-dir", dir, "--lock-stale-after", "1s"}, want: "lock-stale-after"},
@@ -73,7 +80,7 @@ func TestProxyConfig(t *testing.T) {
 		{name: "env garbage", args: []string{"--data-dir", dir}, env: map[string]string{"LIMEN_USER_CERT_TTL": "forever"}, want: "user-cert-ttl"},
 		{name: "missing yaml", args: []string{"--config", filepath.Join(dir, "nope.yaml")}, want: "does not exist"},
 		{name: "port limit defaults", args: []string{"--data-dir", dir}, check: func(t *testing.T, c proxyConfig) {
-			if c.Limits != proxy.DefaultLimits() {
+			if !reflect.DeepEqual(c.Limits, proxy.DefaultLimits()) {
 				t.Errorf("limits %+v, want %+v", c.Limits, proxy.DefaultLimits())
 			}
 		}},
@@ -81,7 +88,7 @@ func TestProxyConfig(t *testing.T) {
 			env: map[string]string{"LIMEN_MAX_CONNS_PER_IP": "8", "LIMEN_DENIED_AUDIT_INTERVAL": "10s"}, check: func(t *testing.T, c proxyConfig) {
 				want := proxy.Limits{HandshakeTimeout: 3 * time.Second, ReadHeaderTimeout: 4 * time.Second, ReadTimeout: 5 * time.Minute,
 					WriteTimeout: 30 * time.Second, IdleTimeout: 90 * time.Second, MaxConnsPerIP: 8, DeniedInterval: 10 * time.Second}
-				if c.Limits != want {
+				if !reflect.DeepEqual(c.Limits, want) {
 					t.Errorf("limits %+v, want %+v", c.Limits, want)
 				}
 			}},

@@ -60,8 +60,11 @@ func startHA(t *testing.T) *haEnv {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	// HAProxy reaches the proxies from haLBSource and says who each client
+	// is in a PROXY protocol v2 header; clients, the worker and the admin
+	// commands that dial a proxy directly come from 127.0.0.1, without one.
 	e, err := gatewaytest.StartWith(ctx, clustertest.Cluster(t), dir, os.Stderr, gatewaytest.Options{
-		Bin: bin, DatabaseURL: db, Proxies: len(haBackends),
+		Bin: bin, DatabaseURL: db, Proxies: len(haBackends), ProxyArgs: []string{"--proxy-protocol-from", haLBSource},
 	})
 	// Cleanups run last first: HAProxy stops, then the proxies, then
 	// PostgreSQL (registered before).
@@ -82,7 +85,7 @@ func startHA(t *testing.T) *haEnv {
 	for i, a := range e.ProxyAddrs() {
 		backends = append(backends, haproxy.Backend{Name: haBackends[i], Addr: a})
 	}
-	lb := haproxy.Start(t, backends)
+	lb := haproxy.Start(t, backends, haproxy.SendProxyFrom(haLBSource))
 	t.Cleanup(func() {
 		if t.Failed() {
 			if b, err := os.ReadFile(lb.Dir + "/haproxy.log"); err == nil {
@@ -107,6 +110,9 @@ func startHA(t *testing.T) *haEnv {
 	}
 	return &haEnv{Env: e, pg: pg, db: db, lb: lb, dir: dir}
 }
+
+// haLBSource is the loopback address HAProxy connects to the proxies from.
+const haLBSource = "127.0.0.2"
 
 // sessionsOn lists the sessions proxy i relays itself: every proxy lists
 // every proxy's sessions, the others' with Proxy set.
@@ -670,6 +676,14 @@ func (h *haEnv) checkAudit(t *testing.T, l *haLoad, began time.Time, f *haFigure
 		for _, ev := range h.auditEvents(t, "--type", string(typ), "--user", "alice", "--since", since) {
 			if ev.Kube != nil && strings.HasPrefix(ev.Kube.Path, prefix) {
 				n[strings.TrimPrefix(ev.Kube.Path, prefix)]++
+				// The client, from HAProxy's PROXY header, not HAProxy.
+				host := ev.ClientAddr
+				if h, _, err := net.SplitHostPort(host); err == nil {
+					host = h
+				}
+				if host != "127.0.0.1" {
+					t.Errorf("%s of %s names client %q, want 127.0.0.1 (the client behind HAProxy, not HAProxy at %s)", typ, ev.Kube.Path, ev.ClientAddr, haLBSource)
+				}
 			}
 		}
 		return n
