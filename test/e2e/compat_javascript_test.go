@@ -139,7 +139,7 @@ func installClientNode() (module, why string, fail bool) {
 
 func jsRows() []compatRow {
 	return []compatRow{
-		{"VersionApi getCode (GET /version/)", jsVersionRow},
+		{"VersionApi getCode", jsVersionRow},
 		{"list", jsListRow},
 		{"watch", jsWatchRow},
 		{"exec", jsExecRow},
@@ -181,8 +181,11 @@ func runJS(t *testing.T, c compatCase, script string, args ...string) string {
 	return string(out)
 }
 
-// jsVersionRow: VersionApi.getCode asks for /version/, with the trailing
-// slash of the API's OpenAPI document.
+// jsVersionRow: VersionApi.getCode. Its generated code names /version/,
+// as the API's OpenAPI document does, but 1.4.0's RequestContext.getUrl
+// drops a URL's trailing slash, so it sends GET /version (seen in the
+// audit trail): the trailing-slash rule is the Python client's row to
+// prove.
 func jsVersionRow(t *testing.T, c compatCase) {
 	out := runJS(t, c, `
 const v = await kc.makeApiClient(k8s.VersionApi).getCode();
