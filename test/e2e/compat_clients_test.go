@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -41,6 +42,7 @@ func otherClients() []otherClient {
 			{"informer", clientGoInformer},
 			{"watch resume", clientGoWatchResume},
 			{"watch bookmarks", clientGoBookmarks},
+			{"dns kubeconfig (--server-url-style dns)", clientGoDNS},
 		}},
 		{"helm", []compatRow{{"install, upgrade, uninstall", helmRow}}},
 		{"python", []compatRow{
@@ -93,6 +95,76 @@ func clientset(t *testing.T, c compatCase) *kubernetes.Clientset {
 		t.Fatal(err)
 	}
 	return cs
+}
+
+// clientGoDNS: a kubeconfig of limen kube login --server-url-style dns,
+// https://demo.kube.localhost:PORT with no tls-server-name, reaches the
+// cluster: the proxy's certificate covers the name the client dials, and
+// the proxy routes by it. The one stand-in is the wildcard DNS record
+// (*.kube.localhost → the proxy), which this machine's resolver lacks: a
+// dialer resolves that one name to the proxy's address.
+func clientGoDNS(t *testing.T, c compatCase) {
+	e := gateway(t)
+	_, port, err := net.SplitHostPort(e.ProxyAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	home := filepath.Join(c.dir, "home")
+	limen := func(stdin string, args ...string) string {
+		t.Helper()
+		cmd := exec.Command(e.Bin, args...)
+		cmd.Env = append(os.Environ(), "LIMEN_HOME="+home)
+		cmd.Stdin = strings.NewReader(stdin)
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("limen %s: %v", strings.Join(args, " "), err)
+		}
+		return string(out)
+	}
+	var pw string
+	for _, u := range gatewaytest.Users {
+		if u.Name == "alice" {
+			pw = u.Password
+		}
+	}
+	// The dns style needs the proxy's DNS name: log in at localhost, one of
+	// the names its certificate carries.
+	proxy := net.JoinHostPort("localhost", port)
+	limen(pw+"\n", "login", "--proxy", proxy, "--user", "alice", "--password-stdin", "--ca-fingerprint", e.Fingerprint)
+	out := limen("", "kube", "login", gatewaytest.ClusterName, "--server-url-style", "dns")
+	kc, ok := strings.CutPrefix(strings.TrimSpace(out), "export KUBECONFIG=")
+	if !ok {
+		t.Fatalf("limen kube login --server-url-style dns printed %q", out)
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", kc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := net.JoinHostPort(gatewaytest.ClusterName+".kube.localhost", port)
+	if cfg.Host != "https://"+name || cfg.TLSClientConfig.ServerName != "" {
+		t.Fatalf("dns kubeconfig: server %s, tls-server-name %q; want https://%s and none", cfg.Host, cfg.TLSClientConfig.ServerName, name)
+	}
+	cfg.Dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if addr != name {
+			return nil, fmt.Errorf("dial %s: only %s is resolved here", addr, name)
+		}
+		var d net.Dialer
+		return d.DialContext(ctx, network, e.ProxyAddr)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if _, err := cs.CoreV1().ConfigMaps(c.ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "by-dns"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("through %s: %v", name, err)
+	}
+	v, err := cs.Discovery().ServerVersion()
+	if err != nil || !strings.HasPrefix(v.GitVersion, "v1.") {
+		t.Fatalf("GET /version through %s: %v, %v", name, v, err)
+	}
+	t.Logf("through https://%s: created ConfigMap by-dns, server %s", name, v.GitVersion)
 }
 
 // clientGoInformer: a shared informer lists, watches and sees a ConfigMap
