@@ -382,8 +382,8 @@ func helmRow(t *testing.T, c compatCase) {
 // pythonEnv names a Python interpreter with the kubernetes package.
 const pythonEnv = "LIMEN_PYTHON"
 
-// pythonScript creates, reads and lists a ConfigMap and reads the server's
-// names with the Python client and the given kubeconfig.
+// pythonScript creates and reads a ConfigMap and lists the namespace's
+// ConfigMaps with the Python client and the given kubeconfig.
 const pythonScript = `
 import sys
 from kubernetes import client, config
