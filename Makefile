@@ -38,7 +38,7 @@ e2e-constrained: cluster-build ## the e2e suite with the worker under deploy/kub
 # with the oldest and the newest kubectl only.
 COMPAT_OUT ?= test/e2e/COMPAT.md
 
-compat: cluster-build $(BIN)/helm ## the client compatibility matrix through Limen: every kubectl.1.NN and the harness's kubectl, client-go, Helm (bin/helm or LIMEN_HELM), the Python client; prints it and writes test/e2e/COMPAT.md
+compat: cluster-build $(BIN)/helm ## the client compatibility matrix through Limen: every kubectl.1.NN and the harness's kubectl, client-go, Helm (bin/helm or LIMEN_HELM), the Python client (Debian's python3-kubernetes or LIMEN_PYTHON), the JavaScript client (@kubernetes/client-node, pinned in test/e2e/testdata/client-node, npm ci once into ~/.cache/limen/npm, or LIMEN_CLIENT_NODE); prints it and writes test/e2e/COMPAT.md
 	@LIMEN_COMPAT=all LIMEN_COMPAT_OUT=$(abspath $(COMPAT_OUT)) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -run '^TestCompat$$' ./test/e2e/; \
 	  rc=$$?; cat $(COMPAT_OUT); exit $$rc
 

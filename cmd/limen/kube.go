@@ -70,19 +70,37 @@ requests to that cluster get 503).`,
 }
 
 func newKubeLoginCmd() *cobra.Command {
-	var app string
+	var app, style string
 	var all bool
 	cmd := &cobra.Command{
-		Use:   "login CLUSTER [--app NAME] | login --all",
+		Use:   "login CLUSTER [--app NAME] [--server-url-style server-name|path|dns] | login --all",
 		Short: "Write a kubeconfig for CLUSTER (or, with --all, every cluster you can reach or request) whose only credential is the limen plugin, and print the export line",
-		Long: `Write a separate JSON kubeconfig for CLUSTER in the profile directory. Its
-server is https://HOST:PORT with no path, its tls-server-name is
-CLUSTER.kube.HOST (the proxy routes by that name, so kubectl get --raw and
-kubectl proxy work; no DNS record is needed), and its only credential is
-the exec plugin "limen kube credentials". Use it with the printed export
-line, or merge it with your own as KUBECONFIG=yours:this. Kubeconfigs
-written before, with the server https://HOST:PORT/k8s/CLUSTER, keep
-working except for commands that drop the path.
+		Long: `Write a separate JSON kubeconfig for CLUSTER in the profile directory,
+whose only credential is the exec plugin "limen kube credentials". Use it
+with the printed export line, or merge it with your own as
+KUBECONFIG=yours:this.
+
+--server-url-style says how the kubeconfig names CLUSTER to the proxy
+at HOST:PORT (the address you logged in to):
+
+  server-name  (the default) the server is https://HOST:PORT with no path
+               and tls-server-name is CLUSTER.kube.HOST; the proxy routes
+               by that name, so kubectl get --raw and kubectl proxy work,
+               and no DNS record is needed. For kubectl, client-go, Helm
+               and the JavaScript client (@kubernetes/client-node).
+  path         the server is https://HOST:PORT/k8s/CLUSTER, without
+               tls-server-name: for clients that ignore tls-server-name,
+               such as the Python client. Commands that drop the server
+               URL's path (kubectl get --raw, kubectl proxy) do not reach
+               the cluster with it. The only style for an IPv6 address.
+  dns          the server is https://CLUSTER.kube.HOST:PORT: for operators
+               whose wildcard DNS name *.kube.HOST points at the proxy
+               (its serving certificate already covers it). Every client
+               sends that name, since it is the URL's host; HOST must be a
+               DNS name, not an IP address.
+
+The default style writes kubeconfig-CLUSTER.json; the others write
+kubeconfig-CLUSTER.STYLE.json beside it, so that each can be kept.
 
 With --all it writes one kubeconfig (kubeconfig-all.json) with a context
 limen-CLUSTER for each cluster policy lets you reach and each where you
@@ -98,14 +116,26 @@ NAME's groups, user name and scope, never the command line's.`,
 				if len(args) != 0 || app != "" {
 					return fmt.Errorf("--all writes every cluster: give no CLUSTER and no --app")
 				}
+				if style != "" && style != string(profile.StyleServerName) {
+					return fmt.Errorf("--all writes the server-name style only: drop --server-url-style, or name one CLUSTER")
+				}
 				return nil
 			}
 			return cobra.ExactArgs(1)(cmd, args)
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			urlStyle, err := profile.ParseServerURLStyle(style)
+			if err != nil {
+				return fmt.Errorf("--server-url-style: %w", err)
+			}
 			p, err := commandProfile(cmd)
 			if err != nil {
 				return err
+			}
+			if !all {
+				if _, _, err := profile.ClusterServer(p.Proxy, args[0], urlStyle); err != nil {
+					return fmt.Errorf("--server-url-style %s: %w", urlStyle, err)
+				}
 			}
 			creds, err := p.Credentials(time.Now())
 			if err != nil {
@@ -143,7 +173,7 @@ NAME's groups, user name and scope, never the command line's.`,
 			if all {
 				path, err = p.WriteAllKubeconfig(reachable, plugin)
 			} else {
-				path, err = p.WriteKubeconfig(args[0], plugin)
+				path, err = p.WriteKubeconfig(args[0], urlStyle, plugin)
 			}
 			if err != nil {
 				return err
@@ -157,6 +187,10 @@ NAME's groups, user name and scope, never the command line's.`,
 	}
 	cmd.Flags().StringVar(&app, "app", "", "bind the credential to this application client, registered in policy")
 	cmd.Flags().BoolVar(&all, "all", false, "one kubeconfig with a context per cluster you can reach or may request")
+	cmd.Flags().StringVar(&style, "server-url-style", string(profile.StyleServerName),
+		"how the kubeconfig names the cluster: server-name (https://HOST:PORT and tls-server-name CLUSTER.kube.HOST), "+
+			"path (https://HOST:PORT/k8s/CLUSTER, for clients that ignore tls-server-name, such as the Python client) or "+
+			"dns (https://CLUSTER.kube.HOST:PORT, with a wildcard DNS name)")
 	return cmd
 }
 

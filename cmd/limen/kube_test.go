@@ -94,6 +94,43 @@ func TestKubeCommands(t *testing.T) {
 	}
 }
 
+// TestKubeLoginServerURLStyle: --server-url-style path writes its own
+// kubeconfig with the cluster in the server URL's path and leaves the
+// default one alone; a style the proxy's address cannot have, or no style,
+// is refused naming the flag.
+func TestKubeLoginServerURLStyle(t *testing.T) {
+	h := newHarness(t)
+	h.login("root", adminPassword)
+	def := h.kubeLogin("prod")
+	out := h.ok("kube login path", "kube", "login", "prod", "--server-url-style", "path")
+	path, ok := strings.CutPrefix(strings.TrimSpace(out), "export KUBECONFIG=")
+	if !ok || path == def || filepath.Base(path) != "kubeconfig-prod.path.json" {
+		t.Fatalf("kube login --server-url-style path printed %q (default kubeconfig %s)", out, def)
+	}
+	cfg, err := clientcmd.LoadFromFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := cfg.Clusters[cfg.Contexts[cfg.CurrentContext].Cluster]
+	if cl.Server != "https://"+h.proxy+"/k8s/prod" || cl.TLSServerName != "" {
+		t.Fatalf("path style: cluster %+v", cl)
+	}
+	if cfg, err := clientcmd.LoadFromFile(def); err != nil || cfg.Clusters[cfg.Contexts[cfg.CurrentContext].Cluster].TLSServerName == "" {
+		t.Fatalf("the default kubeconfig changed: %v", err)
+	}
+	for _, tt := range []struct{ style, want string }{
+		{"", `--server-url-style: "" is not a server URL style: want server-name`},
+		{"DNS", `--server-url-style: "DNS" is not a server URL style`},
+		{"path/../dns", `is not a server URL style`},
+		// The harness's proxy is 127.0.0.1:PORT.
+		{"dns", "--server-url-style dns: proxy address"},
+	} {
+		if msg := h.fails("kube", "login", "prod", "--server-url-style", tt.style); !strings.Contains(msg, tt.want) {
+			t.Errorf("--server-url-style %q: %q, want %q", tt.style, msg, tt.want)
+		}
+	}
+}
+
 func findKubectl(t *testing.T) string {
 	if p := os.Getenv("KUBECTL"); p != "" {
 		return p

@@ -25,6 +25,83 @@ func (p *Profile) KubeconfigPath(cluster string) string {
 	return filepath.Join(p.Dir, "kubeconfig-"+cluster+".json")
 }
 
+// ServerURLStyle is how a kubeconfig names its cluster to the proxy
+// (limen kube login --server-url-style).
+type ServerURLStyle string
+
+const (
+	// StyleServerName: the server is https://HOST:PORT and the
+	// tls-server-name CLUSTER.kube.HOST names the cluster. No DNS record is
+	// needed; kubectl, client-go, Helm and the JavaScript client honour it.
+	StyleServerName ServerURLStyle = "server-name"
+	// StylePath: the server is https://HOST:PORT/k8s/CLUSTER, without
+	// tls-server-name, for clients that ignore tls-server-name (the Python
+	// client). Commands that drop the server URL's path (kubectl get --raw,
+	// kubectl proxy) cannot reach the cluster with it.
+	StylePath ServerURLStyle = "path"
+	// StyleDNS: the server is https://CLUSTER.kube.HOST:PORT, for operators
+	// whose wildcard DNS name *.kube.HOST points at the proxy; every client
+	// sends that name, since it is the URL's host.
+	StyleDNS ServerURLStyle = "dns"
+)
+
+// ServerURLStyles are the styles, the default first.
+var ServerURLStyles = []ServerURLStyle{StyleServerName, StylePath, StyleDNS}
+
+// ParseServerURLStyle returns the style s names, or an error that lists the
+// styles.
+func ParseServerURLStyle(s string) (ServerURLStyle, error) {
+	for _, st := range ServerURLStyles {
+		if s == string(st) {
+			return st, nil
+		}
+	}
+	if len(s) > 32 {
+		s = s[:32] + "…"
+	}
+	return "", fmt.Errorf("%q is not a server URL style: want server-name (the default: https://HOST:PORT and tls-server-name), "+
+		"path (https://HOST:PORT/k8s/CLUSTER, for clients that ignore tls-server-name) or dns (https://CLUSTER.kube.HOST:PORT, with a wildcard DNS name)", s)
+}
+
+// kubeconfigPath is the file for cluster, app (or "") and style: the
+// default style keeps the name it always had; the others add ".STYLE", a
+// dot that no cluster or client name contains, so that a kubeconfig for
+// the Python client never replaces the one kubectl uses.
+func (p *Profile) kubeconfigPath(cluster, app string, style ServerURLStyle) string {
+	path := p.KubeconfigPath(cluster)
+	if app != "" {
+		path = p.AppKubeconfigPath(cluster, app)
+	}
+	if style != StyleServerName {
+		path = strings.TrimSuffix(path, ".json") + "." + string(style) + ".json"
+	}
+	return path
+}
+
+// ClusterServer is the server URL and the TLS server name ("" for none) of
+// a kubeconfig that reaches cluster on the proxy at HOST:PORT in style.
+func ClusterServer(proxy, cluster string, style ServerURLStyle) (server, tlsServerName string, err error) {
+	switch style {
+	case StyleServerName:
+		sn, err := ServerName(proxy, cluster)
+		return "https://" + proxy, sn, err
+	case StylePath:
+		return "https://" + proxy + kpath.Prefix + cluster, "", nil
+	case StyleDNS:
+		host, port, err := net.SplitHostPort(proxy)
+		if err != nil {
+			return "", "", fmt.Errorf("proxy address %q: %w", proxy, err)
+		}
+		if net.ParseIP(host) != nil {
+			return "", "", fmt.Errorf("proxy address %q: the dns style needs the proxy's DNS name, under which *.kube.NAME is a wildcard DNS record, "+
+				"not an IP address; log in with that name, or use the server-name style", proxy)
+		}
+		return "https://" + net.JoinHostPort(kpath.ServerName(cluster, host), port), "", nil
+	}
+	_, err = ParseServerURLStyle(string(style))
+	return "", "", err
+}
+
 // Plugin says how kubectl runs the credential plugin.
 type Plugin struct {
 	// Command is the absolute path of the limen binary.
@@ -37,17 +114,16 @@ type Plugin struct {
 }
 
 // WriteKubeconfig writes a JSON kubeconfig for cluster whose only credential
-// is the exec plugin, and returns its path. The server URL is the proxy's
-// address with no path, and the cluster is named by the TLS server name
-// (ServerName): kubectl get --raw, kubectl proxy and clients that build
-// request URIs themselves drop a server URL's path, but every client sends
-// the server name.
-func (p *Profile) WriteKubeconfig(cluster string, plugin Plugin) (string, error) {
-	path := p.KubeconfigPath(cluster)
-	if plugin.App != "" {
-		path = p.AppKubeconfigPath(cluster, plugin.App)
+// is the exec plugin, and returns its path. style says how it names the
+// cluster (ClusterServer). The default, StyleServerName, is the proxy's
+// address with no path and the cluster in the TLS server name: kubectl get
+// --raw, kubectl proxy and clients that build request URIs themselves drop
+// a server URL's path, but they send the server name.
+func (p *Profile) WriteKubeconfig(cluster string, style ServerURLStyle, plugin Plugin) (string, error) {
+	if err := ca.ValidClusterName(cluster); err != nil {
+		return "", err
 	}
-	return p.writeKubeconfig(path, []string{cluster}, plugin)
+	return p.writeKubeconfig(p.kubeconfigPath(cluster, plugin.App, style), []string{cluster}, style, plugin)
 }
 
 // AllKubeconfigPath is where `limen kube login --all` writes its kubeconfig.
@@ -55,15 +131,16 @@ func (p *Profile) AllKubeconfigPath() string { return filepath.Join(p.Dir, "kube
 
 // WriteAllKubeconfig writes one JSON kubeconfig with a context per cluster
 // (named limen-CLUSTER, the first one current), so that kubectl --context
-// switches between them, and returns its path.
+// switches between them, and returns its path. It names each cluster in
+// the default style (StyleServerName).
 func (p *Profile) WriteAllKubeconfig(clusters []string, plugin Plugin) (string, error) {
 	if len(clusters) == 0 {
 		return "", fmt.Errorf("no cluster to write a kubeconfig for (limen kube ls lists yours)")
 	}
-	return p.writeKubeconfig(p.AllKubeconfigPath(), clusters, plugin)
+	return p.writeKubeconfig(p.AllKubeconfigPath(), clusters, StyleServerName, plugin)
 }
 
-func (p *Profile) writeKubeconfig(path string, clusters []string, plugin Plugin) (string, error) {
+func (p *Profile) writeKubeconfig(path string, clusters []string, style ServerURLStyle, plugin Plugin) (string, error) {
 	caPEM, err := p.CAPEM()
 	if err != nil {
 		return "", err
@@ -76,6 +153,11 @@ func (p *Profile) writeKubeconfig(path string, clusters []string, plugin Plugin)
 		}
 		suffix = "-app-" + plugin.App
 		args = append(args, "--app", plugin.App)
+	}
+	if style != StyleServerName {
+		// Merged with the default kubeconfig (KUBECONFIG=a:b), the names
+		// must not collide.
+		suffix += "." + string(style)
 	}
 	exec := &clientcmdv1.ExecConfig{
 		APIVersion:      ExecAPIVersion,
@@ -92,13 +174,13 @@ func (p *Profile) writeKubeconfig(path string, clusters []string, plugin Plugin)
 		if err := ca.ValidClusterName(cluster); err != nil {
 			return "", err
 		}
-		sn, err := ServerName(p.Proxy, cluster)
+		server, sn, err := ClusterServer(p.Proxy, cluster, style)
 		if err != nil {
 			return "", err
 		}
 		name := "limen-" + cluster + suffix
 		cfg.Clusters = append(cfg.Clusters, clientcmdv1.NamedCluster{Name: name, Cluster: clientcmdv1.Cluster{
-			Server:                   "https://" + p.Proxy,
+			Server:                   server,
 			TLSServerName:            sn,
 			CertificateAuthorityData: caPEM,
 		}})

@@ -25,7 +25,8 @@ import (
 // The compatibility matrix (issue #21): every row runs through Limen with a
 // kubeconfig written by limen kube login, against the real control plane,
 // once per kubectl binary; other clients (client-go, Helm, the Python
-// client) follow in compat_clients_test.go. One proxy, one worker and one
+// client, the JavaScript client) follow in compat_clients_test.go and
+// compat_javascript_test.go. One proxy, one worker and one
 // control plane serve the whole matrix, as they serve the e2e suite.
 //
 // Which kubectl binaries run: in make test the oldest and the newest of
@@ -144,6 +145,9 @@ func record(t *testing.T, client, row string, f func(t *testing.T)) {
 		t.Cleanup(func() { failed, skipped = t.Failed(), t.Skipped() })
 		f(t)
 	})
+	if name == "" {
+		return // not selected by -run: no cell
+	}
 	res := compatResult{client: client, row: row, outcome: "pass"}
 	switch {
 	case failed:
@@ -588,7 +592,7 @@ func compatMarkdown(table string) string {
 Written by ` + "`make compat`" + ` (test/e2e/compat_test.go, TestCompat): every command runs
 through a Limen proxy and worker against the real control plane of test/cluster, with a
 kubeconfig written by ` + "`limen kube login`" + ` (server name routing, no path in the server
-URL). Cells: pass, FAIL, or skip with the reason below the table. ` + "`make test`" + ` runs the
+URL; the rows that say "path kubeconfig" use ` + "`--server-url-style path`" + `, see docs/CLIENTS.md). Cells: pass, FAIL, or skip with the reason below the table. ` + "`make test`" + ` runs the
 oldest and the newest kubectl of the machine; ` + "`make compat`" + ` runs all of them.
 
 Last run: ` + time.Now().UTC().Format("2006-01-02 15:04 UTC") + `, Kubernetes v1.37 control plane.
