@@ -84,13 +84,24 @@ func newRequestsCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "requests",
 		Short: "List, approve and deny access requests (limen request makes them)",
+		Long: `Work with access requests through the proxy you logged in to: list yours
+and those policy lets you decide (ls), and approve or deny one (approve,
+deny). Policy names the approvers of each requestable role, by role or
+trait, and never the requester; a request is approved once it has the
+approvals its role needs, and the requester's next kubectl request carries
+the role until it expires. Every decision is audited with who and why. The
+console's Requests page does the same in a browser.`,
 	}
 	cmd.PersistentFlags().String("proxy", "", "proxy HOST:PORT (default: the last one logged in to)")
 	var state, output string
 	ls := &cobra.Command{
 		Use:   "ls [--state pending|approved|denied|expired] [-o json]",
 		Short: "List your requests and those you may approve",
-		Args:  cobra.NoArgs,
+		Long: `List, from the proxy, the access requests you made and those policy lets
+you approve or deny: id, requester, role, cluster, duration, state
+(pending, approved, denied, expired), approvals given and needed, expiry
+and reason. --state keeps one state; -o json prints the whole list.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, _, err := requestClient(cmd)
 			if err != nil {
@@ -129,7 +140,11 @@ func newDecideCmd(verb string) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   verb + " ID [--reason TEXT]",
 		Short: strings.ToUpper(verb[:1]) + verb[1:] + " an access request (policy says who may; never its requester)",
-		Args:  cobra.ExactArgs(1),
+		Long: strings.ToUpper(verb[:1]) + verb[1:] + ` the access request ID (limen requests ls lists them) as yourself,
+with --reason saying why; the proxy refuses unless policy names you an
+approver of the request's role, and never lets a requester decide their
+own request. The decision is audited with your name and reason.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, _, err := requestClient(cmd)
 			if err != nil {
