@@ -44,28 +44,50 @@ func (s *auditDB) Location() string { return s.where }
 
 var auditColumns = []string{"time_ns", "type", "who", "name", "cluster", "verb", "session_id", "action", "data"}
 
-// Append copies rows in one transaction (COPY: one round trip for the
-// batch). It first takes a transaction-level advisory lock, so that the
-// commits of all proxies are serialized: a sequence number is handed out
-// at insert and would otherwise commit out of order, and a reader
+// Append stores rows in one transaction, sent as one pipeline (BEGIN, the
+// lock, one INSERT of every row, COMMIT): one round trip to the server for
+// the batch, so that the proxy waits for little more than the server's
+// own commit. It first takes a transaction-level advisory lock, so that
+// the commits of all proxies are serialized: a sequence number is handed
+// out at insert and would otherwise commit out of order, and a reader
 // following Seq (audit export) would skip the late one for ever. The
 // group commit keeps this cheap: one lock per batch, not per event.
-// synchronous_commit is the server's (on by default): Commit returns once
-// the WAL is flushed.
+// synchronous_commit is the server's (on by default): COMMIT returns once
+// the WAL is flushed. On any error the transaction is rolled back, and the
+// pool closes a connection not left idle, so none is reused mid-transaction.
 func (s *auditDB) Append(ctx context.Context, rows []store.AuditRecord) error {
-	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", auditLock); err != nil {
-			return err
+	cols := make([][]string, len(auditColumns)-1)
+	times := make([]int64, len(rows))
+	for i, r := range rows {
+		times[i] = r.TimeNS
+		for j, v := range []string{r.Type, r.Who, r.Name, r.Cluster, r.Verb, r.SessionID, r.Action, string(r.Data)} {
+			cols[j] = append(cols[j], v)
 		}
-		n, err := tx.CopyFrom(ctx, pgx.Identifier{"audit_events"}, auditColumns, pgx.CopyFromSlice(len(rows), func(i int) ([]any, error) {
-			r := rows[i]
-			return []any{r.TimeNS, r.Type, r.Who, r.Name, r.Cluster, r.Verb, r.SessionID, r.Action, string(r.Data)}, nil
-		}))
-		if err == nil && n != int64(len(rows)) {
-			err = fmt.Errorf("copied %d of %d events", n, len(rows))
+	}
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue("SELECT pg_advisory_xact_lock($1)", auditLock)
+	b.Queue(`INSERT INTO audit_events (`+strings.Join(auditColumns, ", ")+`)
+		SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[])`,
+		times, cols[0], cols[1], cols[2], cols[3], cols[4], cols[5], cols[6], cols[7])
+	b.Queue("COMMIT")
+	br := s.pool.SendBatch(ctx, b)
+	var err error
+	for range 4 {
+		ct, e := br.Exec()
+		if e != nil {
+			err = e
+			break
 		}
-		return err
-	})
+		if ct.Insert() && ct.RowsAffected() != int64(len(rows)) {
+			err = fmt.Errorf("inserted %d of %d events", ct.RowsAffected(), len(rows))
+			break
+		}
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // outcomeMissing holds for a kube.sent row e whose session has no outcome

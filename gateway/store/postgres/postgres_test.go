@@ -65,6 +65,7 @@ func TestPostgres(t *testing.T) {
 		}
 		b.Close()
 	})
+	t.Run("FailedAppendStoresNothingAndLeavesNoTransaction", func(t *testing.T) { testFailedAppend(t, open(t, srv.Database(t))) })
 	t.Run("KillIsAnnounced", func(t *testing.T) { testKillAnnounced(t, open(t, srv.Database(t))) })
 	t.Run("ReplayLedger", func(t *testing.T) { testReplayLedger(t, srv.Database(t), open) })
 	t.Run("LeaseMovesWhenItsHolderDies", func(t *testing.T) { testLease(t, srv, open) })
@@ -303,5 +304,36 @@ func testLease(t *testing.T, srv *pgtest.Server, open func(*testing.T, string) *
 	}
 	if seq, err := b.ExportCursor(ctx, "webhook"); err != nil || seq != 40 {
 		t.Fatalf("cursor %d %v, want 40 (it never moves back)", seq, err)
+	}
+}
+
+// testFailedAppend: Append sends its transaction as one pipeline. A batch
+// the server refuses halfway (a NUL byte, which PostgreSQL text cannot
+// hold) stores none of its rows, and leaves no connection of the pool in
+// the aborted transaction: the next appends, as many as the pool has
+// connections, all succeed.
+func testFailedAppend(t *testing.T, b *postgres.Backend) {
+	defer b.Close()
+	ctx := context.Background()
+	db, err := b.Audit(ctx, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := func(data string) store.AuditRecord {
+		return store.AuditRecord{TimeNS: time.Now().UnixNano(), Type: "kube.sent", Data: []byte(data)}
+	}
+	if err := db.Append(ctx, []store.AuditRecord{row(`{"ok":1}`), row("bad\x00")}); err == nil {
+		t.Fatal("a row with a NUL byte was stored")
+	}
+	if n, err := db.Count(ctx); err != nil || n != 0 {
+		t.Fatalf("after the refused batch: %d events %v, want none of its rows", n, err)
+	}
+	for i := range 8 {
+		if err := db.Append(ctx, []store.AuditRecord{row(`{"ok":2}`)}); err != nil {
+			t.Fatalf("append %d after the refused batch: %v", i, err)
+		}
+	}
+	if n, err := db.Count(ctx); err != nil || n != 8 {
+		t.Fatalf("%d events %v, want 8", n, err)
 	}
 }
