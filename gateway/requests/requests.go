@@ -457,28 +457,39 @@ func (s *Service) List(ctx context.Context, viewer identity.Principal, f Filter)
 // the store's Update lets one end each request.
 func (s *Service) Expire(ctx context.Context) (int, error) {
 	now := s.now()
+	return s.endEach(ctx, now.UnixNano()+1, nil, "", func(cur *Request) bool { return !now.Before(cur.Expires) })
+}
+
+// endEach ends, as expired, each approved or pending request the store
+// lists as expiring before beforeNS (0: all) that pick keeps (nil: all),
+// and whose current state end agrees to end (it may change the request,
+// its expiry), each in one Update of the store and audited
+// (access.expire) with why. It returns how many it ended.
+func (s *Service) endEach(ctx context.Context, beforeNS int64, pick func(store.RequestRecord) bool, why string, end func(cur *Request) bool) (int, error) {
 	n := 0
 	for _, st := range []State{StateApproved, StatePending} {
-		recs, err := s.Store.List(ctx, string(st), now.UnixNano()+1, 1000)
+		recs, err := s.Store.List(ctx, string(st), beforeNS, 1000)
 		if err != nil {
 			return n, fmt.Errorf("%w: store: %v", ErrUnavailable, err)
 		}
 		for _, rec := range recs {
+			if pick != nil && !pick(rec) {
+				continue
+			}
 			err := s.Store.Update(ctx, rec.ID, func(rec *store.RequestRecord) error {
 				cur, err := decode(*rec)
 				if err != nil {
 					return err
 				}
-				if cur.State != st || now.Before(cur.Expires) {
+				if cur.State != st || !end(&cur) {
 					return errSkip
 				}
-				was := cur.State
 				cur.State = StateExpired
 				next, err := record(cur)
 				if err != nil {
 					return err
 				}
-				if err := s.emit(ctx, audit.TypeAccessExpire, cur.Requester, cur, "", map[string]string{"was": string(was)}); err != nil {
+				if err := s.emit(ctx, audit.TypeAccessExpire, cur.Requester, cur, why, map[string]string{"was": string(st)}); err != nil {
 					return err
 				}
 				*rec = next
@@ -576,43 +587,7 @@ func newID() (string, error) {
 // (access.expire) with why: a lock ends a principal's requests for good,
 // so that an unlock does not bring them back. It returns how many ended.
 func (s *Service) EndFor(ctx context.Context, who identity.Principal, why string) (int, error) {
-	n := 0
-	for _, st := range []State{StateApproved, StatePending} {
-		recs, err := s.Store.List(ctx, string(st), 0, 1000)
-		if err != nil {
-			return n, fmt.Errorf("%w: store: %v", ErrUnavailable, err)
-		}
-		for _, rec := range recs {
-			if rec.Requester != requester(who).String() {
-				continue
-			}
-			err := s.Store.Update(ctx, rec.ID, func(rec *store.RequestRecord) error {
-				cur, err := decode(*rec)
-				if err != nil {
-					return err
-				}
-				if cur.State != st {
-					return errSkip
-				}
-				cur.State, cur.Expires = StateExpired, s.now()
-				next, err := record(cur)
-				if err != nil {
-					return err
-				}
-				if err := s.emit(ctx, audit.TypeAccessExpire, cur.Requester, cur, why, map[string]string{"was": string(st)}); err != nil {
-					return err
-				}
-				*rec = next
-				return nil
-			})
-			switch {
-			case err == nil:
-				n++
-			case errors.Is(err, errSkip):
-			default:
-				return n, err
-			}
-		}
-	}
-	return n, nil
+	mine := requester(who).String()
+	return s.endEach(ctx, 0, func(rec store.RequestRecord) bool { return rec.Requester == mine }, why,
+		func(cur *Request) bool { cur.Expires = s.now(); return true })
 }
