@@ -110,6 +110,7 @@ func (e *Engine) activate(ctx context.Context, c content, raw []byte) error {
 	prev := e.active.Swap(s)
 	e.mu.Lock()
 	e.status.Revision, e.status.ActivatedAt = s.revision, s.activated
+	e.status.FastPathOff = s.fastOff
 	if c.mark != nil && (e.floor == nil || c.mark.n >= e.floor.n) {
 		e.floor = c.mark
 	}
@@ -124,6 +125,10 @@ func (e *Engine) activate(ctx context.Context, c content, raw []byte) error {
 		old = prev.revision
 	}
 	e.log.Info("policy bundle activated", "revision", s.revision, "previous", old, "source", e.opts.Source())
+	if s.fast == nil {
+		e.log.Warn("policy fast path off for this revision: every uncached decision is a full Rego evaluation (correct, but hundreds of µs)",
+			"revision", s.revision, "reason", s.fastOff)
+	}
 	return nil
 }
 
@@ -159,7 +164,7 @@ func (e *Engine) Groups(ctx context.Context, p identity.Principal, c Cluster) (D
 	if err := checkInput(p, c); err != nil {
 		return Decision{}, err
 	}
-	good, bad, err := s.evalGroups(ctx, groupsInput(p, c, requested))
+	good, bad, err := s.decideGroups(ctx, p, c, requested)
 	if err != nil {
 		return Decision{}, err
 	}

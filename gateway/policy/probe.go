@@ -52,7 +52,7 @@ func probeClient(ctx context.Context, s *snapshot, client string, principals []i
 			if *budget--; *budget < 0 {
 				return nil
 			}
-			_, bad, err := s.evalGroups(ctx, groupsInput(p, c, nil))
+			good, bad, err := s.evalGroups(ctx, groupsInput(p, c, nil))
 			if err != nil {
 				return fmt.Errorf("%w: probe %s on cluster %s: %v", ErrBundleRefused, p, c.Name, err)
 			}
@@ -60,9 +60,22 @@ func probeClient(ctx context.Context, s *snapshot, client string, principals []i
 				return fmt.Errorf("%w: policy would grant %q to %s on cluster %s: groups must be well formed and never start with \"system:\"",
 					ErrBundleRefused, bad, p, c.Name)
 			}
+			checkFastPath(s, p, c, good)
 		}
 	}
 	return nil
+}
+
+// checkFastPath compares the fast path with the Rego decision want and
+// turns it off for this snapshot at the first difference: a wrong index
+// costs speed, never a wrong answer.
+func checkFastPath(s *snapshot, p identity.Principal, c Cluster, want []string) {
+	if s.fast == nil {
+		return
+	}
+	if got := s.fast.groups(p, c, nil); !slices.Equal(got, want) {
+		s.fast, s.fastOff = nil, fmt.Sprintf("the index answered %q for %s on cluster %s where Rego answers %q", got, p, c.Name, want)
+	}
 }
 
 func dig(v any, path ...string) any {

@@ -11,6 +11,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/rego"
 	"github.com/open-policy-agent/opa/v1/storage/inmem"
 
+	"github.com/limenhq/limen/gateway/identity"
 	"github.com/limenhq/limen/gateway/scope"
 )
 
@@ -46,6 +47,10 @@ type snapshot struct {
 	// scopes are the registered clients and their compiled scope lists
 	// (data.limen.config.clients), matched per request without Rego.
 	scopes *scope.Set
+	// fast answers groups on a cache miss without Rego (fastpath.go); nil,
+	// with fastOff saying why, for a bundle it cannot answer for.
+	fast    *fastPath
+	fastOff string
 }
 
 // content is a bundle's policy and data, before compilation.
@@ -124,6 +129,7 @@ func compile(ctx context.Context, c content, cacheEntries int) (*snapshot, error
 	if s.scopes, err = scope.Parse(clientsData(c.data)); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBundleRefused, err)
 	}
+	s.fast, s.fastOff = newFastPath(c)
 	if err := probe(ctx, s, c.data); err != nil {
 		return nil, err
 	}
@@ -163,6 +169,14 @@ func checkData(ctx context.Context, prepare func(string) (rego.PreparedEvalQuery
 		msgs = msgs[:shown]
 	}
 	return fmt.Errorf("%w: policy data is invalid: %s%s", ErrBundleRefused, strings.Join(msgs, "; "), more)
+}
+
+// decideGroups is evalGroups from the fast path when the bundle has one.
+func (s *snapshot) decideGroups(ctx context.Context, p identity.Principal, c Cluster, requested []string) (good, bad []string, err error) {
+	if s.fast != nil {
+		return s.fast.groups(p, c, requested), nil, nil
+	}
+	return s.evalGroups(ctx, groupsInput(p, c, requested))
 }
 
 // evalGroups runs the groups query and returns the granted groups, sorted,

@@ -20,6 +20,11 @@ type Status struct {
 	Revision string `json:"revision,omitempty"`
 	// ActivatedAt is when the active bundle was activated.
 	ActivatedAt time.Time `json:"activated_at,omitzero"`
+	// FastPathOff says why the active revision's uncached group decisions
+	// are full Rego evaluations instead of lookups in an index of its data
+	// (a policy other than Limen's own, or data of a shape the index does
+	// not read); empty when the index answers.
+	FastPathOff string `json:"fast_path_off,omitempty"`
 	// LastFetch is the last successful fetch (a new bundle or 304 Not Modified).
 	LastFetch time.Time `json:"last_fetch,omitzero"`
 	// LastError is the last fetch or activation failure, cleared by the next success.
