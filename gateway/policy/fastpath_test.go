@@ -3,6 +3,7 @@ package policy
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -364,5 +365,241 @@ func TestGroupsFastPathEngine(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// fuzzBytes hands out the fuzzer's bytes as choices; zeros once spent, and
+// zeros choose what grants (a role that exists, a binding that binds), so
+// that short inputs already reach the groups.
+type fuzzBytes []byte
+
+func (b *fuzzBytes) next() byte {
+	if len(*b) == 0 {
+		return 0
+	}
+	c := (*b)[0]
+	*b = (*b)[1:]
+	return c
+}
+
+// rarely holds for one byte in four (never for zero).
+func (b *fuzzBytes) rarely() bool { return b.next()%4 == 3 }
+
+// pick returns one of xs.
+func pick[T any](b *fuzzBytes, xs ...T) T { return xs[int(b.next())%len(xs)] }
+
+// some returns from min to max of xs (repeats allowed).
+func some[T any](b *fuzzBytes, min, max int, xs ...T) []T {
+	n := min + int(b.next())%(max-min+1)
+	out := make([]T, n)
+	for i := range out {
+		out[i] = pick(b, xs...)
+	}
+	return out
+}
+
+// Vocabulary shared by the generated data and the generated principals, so
+// that they meet; raw is the fuzzer's own string, to reach past it.
+var (
+	fzRoles    = []string{"r0", "r1", "r2", "r3", "r4", "ghost"}
+	fzGroups   = []string{"g:view", "g:edit", "g:admin", "ok.1@a_b-c", "system:masters", "SYSTEM:x", "bad group", "-x", ""}
+	fzClients  = []string{"kubectl", "app", "*", "console"}
+	fzNames    = []string{"alice", "bob", "ci"}
+	fzTraits   = []string{"groups", "team"}
+	fzValues   = []string{"dev", "ops", "system:masters"}
+	fzClusters = []string{"demo", "prod", "*"}
+	fzLabels   = [][2]string{{"env", "dev"}, {"env", "prod"}, {"team", "a"}, {"tier", ""}}
+	fzIssuers  = []string{"", "oidc", "", "corp"}
+)
+
+func anyStrings(xs []string) []any {
+	out := make([]any, len(xs))
+	for i, x := range xs {
+		out[i] = x
+	}
+	return out
+}
+
+// fuzzData builds a data.limen.config from b: roles with groups, clients
+// and selectors, bindings of every source, and requests.
+func fuzzData(b *fuzzBytes) map[string]any {
+	roles := map[string]any{}
+	for _, name := range fzRoles[:5] {
+		if b.rarely() {
+			continue
+		}
+		r := map[string]any{}
+		if !b.rarely() {
+			r["groups"] = anyStrings(some(b, 1, 3, fzGroups...))
+		}
+		if b.rarely() {
+			r["clients"] = anyStrings(some(b, 0, 2, fzClients...))
+		}
+		if !b.rarely() {
+			var sels []any
+			for range some(b, 1, 2, 0) {
+				sel := map[string]any{}
+				if b.next()%2 == 1 {
+					sel["name"] = pick(b, fzClusters...)
+				}
+				if b.next()%2 == 1 {
+					labels := map[string]any{}
+					for _, l := range some(b, 0, 2, fzLabels...) {
+						labels[l[0]] = l[1]
+					}
+					sel["labels"] = labels
+				}
+				sels = append(sels, sel)
+			}
+			r["clusters"] = sels
+		}
+		roles[name] = r
+	}
+	named := func() map[string]any {
+		m := map[string]any{}
+		for _, n := range fzNames {
+			if !b.rarely() {
+				m[n] = anyStrings(some(b, 1, 3, fzRoles...))
+			}
+		}
+		return m
+	}
+	traits := func() map[string]any {
+		m := map[string]any{}
+		for _, t := range some(b, 1, 2, fzTraits...) {
+			vs := map[string]any{}
+			for _, v := range some(b, 1, 2, fzValues...) {
+				vs[v] = anyStrings(some(b, 1, 2, fzRoles...))
+			}
+			m[t] = vs
+		}
+		return m
+	}
+	bindings := map[string]any{"users": named(), "bots": named(), "traits": traits()}
+	if !b.rarely() {
+		bindings["issuers"] = map[string]any{"oidc": map[string]any{"users": named(), "traits": traits()}}
+	}
+	requests := map[string]any{}
+	for _, name := range some(b, 1, 3, fzRoles...) {
+		rule := map[string]any{}
+		if !b.rarely() {
+			who := map[string]any{}
+			if b.next()%2 == 0 {
+				who["roles"] = anyStrings(some(b, 1, 2, fzRoles...))
+			}
+			if b.next()%2 == 1 {
+				who["traits"] = map[string]any{pick(b, fzTraits...): anyStrings(some(b, 1, 2, fzValues...))}
+			}
+			rule["requesters"] = who
+		}
+		requests[name] = rule
+	}
+	clients := map[string]any{"kubectl": map[string]any{}}
+	if b.next()%2 == 0 {
+		clients["app"] = pick[any](b, map[string]any{}, false, nil)
+	}
+	return map[string]any{"limen": map[string]any{"config": map[string]any{
+		"roles": roles, "bindings": bindings, "requests": requests, "clients": clients,
+	}}}
+}
+
+// fuzzInput builds a principal, a cluster and requested roles from b; raw
+// replaces one name when set.
+func fuzzInput(b *fuzzBytes, raw string) (identity.Principal, Cluster, []string) {
+	p := identity.Principal{
+		ClientID: pick(b, "kubectl", "app", "kubectl", "console", "kubectl", ""),
+		Kind:     pick(b, identity.KindUser, identity.KindBot, identity.KindUser),
+		Name:     pick(b, append(fzNames, "nobody")...),
+		Issuer:   pick(b, fzIssuers...),
+	}
+	if p.Kind == identity.KindBot && !b.rarely() {
+		p.Issuer = "" // valid input mostly
+	}
+	if n := b.next() % 3; n > 0 {
+		p.Traits = map[string][]string{}
+		for range n {
+			p.Traits[pick(b, fzTraits...)] = some(b, 0, 3, fzValues...)
+		}
+	}
+	c := Cluster{Name: pick(b, fzClusters...), Labels: map[string]string{}}
+	for _, l := range some(b, 0, 3, fzLabels...) {
+		c.Labels[l[0]] = l[1]
+	}
+	requested := some(b, 0, 3, fzRoles...)
+	if raw != "" {
+		switch b.next() % 4 {
+		case 0:
+			p.Name = raw
+		case 1:
+			c.Name = raw
+		case 2:
+			p.Traits = map[string][]string{pick(b, fzTraits...): {raw}}
+		case 3:
+			requested = append(requested, raw)
+		}
+	}
+	return p, c, requested
+}
+
+// FuzzFastPathMatchesRego generates policy data and decisions and compares
+// the index's answer with the full Rego evaluation of the embedded policy.
+// Input the engine refuses (checkInput) never reaches either.
+func FuzzFastPathMatchesRego(f *testing.F) {
+	f.Add([]byte{}, []byte{}, "")
+	f.Add([]byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}, []byte{0, 0, 1, 0, 1, 0, 2, 1, 1, 1}, "")
+	f.Add([]byte("roles, bindings and requests from these bytes, and more of them"), []byte("a principal"), "dev")
+	f.Add([]byte{255, 254, 253, 252, 251, 250, 249, 248, 247, 246, 245, 244, 243, 242, 241, 240}, []byte{3, 1, 2, 2, 0, 1, 1, 1, 2, 2, 2, 3, 0, 1, 2}, "r0")
+	f.Fuzz(func(t *testing.T, dataBytes, inputBytes []byte, raw string) {
+		fuzzCompare(t, dataBytes, inputBytes, raw)
+	})
+}
+
+// fuzzCompare decides eight generated inputs on generated data both ways
+// and returns how many decisions granted a group.
+func fuzzCompare(t *testing.T, dataBytes, inputBytes []byte, raw string) (granted int) {
+	db := fuzzBytes(dataBytes)
+	data := fuzzData(&db)
+	fast, err := buildFastPath(data)
+	if err != nil {
+		t.Fatalf("the index refuses generated data: %v", err)
+	}
+	full := regoGroups(t, data)
+	ib := fuzzBytes(inputBytes)
+	for range 8 {
+		p, c, requested := fuzzInput(&ib, raw)
+		if checkInput(p, c) != nil {
+			continue
+		}
+		got, want := fast.groups(p, c, requested), full(p, c, requested)
+		if !slices.Equal(got, want) {
+			t.Fatalf("%s (client %q, traits %v) on %s %v, requested %v, data %v: fast path %q, Rego %q",
+				p, p.ClientID, p.Traits, c.Name, c.Labels, requested, data, got, want)
+		}
+		if len(want) > 0 {
+			granted++
+		}
+	}
+	return granted
+}
+
+// TestFastPathMatchesRegoRandom runs the fuzz target's comparison on 400
+// pseudo-random inputs (a fixed seed), so that plain go test covers the
+// generator too, and checks that enough of them grant to prove anything.
+func TestFastPathMatchesRegoRandom(t *testing.T) {
+	r := rand.New(rand.NewPCG(33, 10))
+	granted := 0
+	for range 400 {
+		d, in := make([]byte, 160), make([]byte, 96)
+		for i := range d {
+			d[i] = byte(r.Uint32())
+		}
+		for i := range in {
+			in[i] = byte(r.Uint32())
+		}
+		granted += fuzzCompare(t, d, in, "")
+	}
+	t.Logf("%d of 3,200 decisions granted", granted)
+	if granted < 100 {
+		t.Fatalf("only %d generated decisions grant a group: the generator proves too little", granted)
 	}
 }
