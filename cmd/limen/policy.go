@@ -225,7 +225,12 @@ Each refusal line gives the time, the reason and the refused revision:
   not-https                    the bundle service redirected away from https
   fetch-error                  the bundle service was unreachable or answered an error
   invalid-bundle               the bundle failed compilation or the activation checks
-The active bundle keeps answering in every case.`,
+The active bundle keeps answering in every case.
+
+A "fast path off" line says why the active revision's uncached group
+decisions are full Rego evaluations (hundreds of µs) instead of lookups in an
+index of its data: its policy is not Limen's own, or its data has a shape the
+index does not read. The decisions are the same either way.`,
 		Args: cobra.NoArgs,
 		RunE: runPolicyStatus,
 	}
@@ -298,6 +303,9 @@ func printStatus(w io.Writer, st policy.Status) error {
 	fmt.Fprintf(tw, "revision\t%s\n", rev)
 	fmt.Fprintf(tw, "activated\t%s\n", formatTime(st.ActivatedAt))
 	fmt.Fprintf(tw, "last fetch\t%s\n", formatTime(st.LastFetch))
+	if st.FastPathOff != "" {
+		fmt.Fprintf(tw, "fast path\toff: uncached decisions are full Rego evaluations\t%s\n", st.FastPathOff)
+	}
 	if st.LastError != "" {
 		fmt.Fprintf(tw, "last error\t%s\t%s\n", formatTime(st.LastErrorAt), st.LastError)
 	} else {
