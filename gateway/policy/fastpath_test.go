@@ -246,7 +246,7 @@ func TestFastPathRefusesShapes(t *testing.T) {
 func TestFastPathOnForEmbeddedPolicy(t *testing.T) {
 	e := mustEmbedded(t, Options{})
 	if st := e.Status(); st.FastPathOff != "" || e.active.Load().fast == nil {
-		t.Fatalf("the fast path is off for the embedded policy: %s", st.FastPathOff)
+		t.Fatalf("the fast path is off for the embedded policy: %s\n(after a policy change: make fastpath.go mirror it, pass TestFastPathMatchesRego and the fuzz target, then update fastPolicyDigest in fastindex.go)", st.FastPathOff)
 	}
 	priv, pub := testKeys(t)
 	raw := buildBundle(t, "1", defaultRego(t), bobData("limen:view"), priv)
