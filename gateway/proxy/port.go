@@ -159,7 +159,9 @@ func (s *port) Serve(ctx context.Context, ln net.Listener) error {
 		}
 		// TLS over a GatherConn: a tunnel writes each frame's records in one
 		// system call; other connections write through it unchanged.
-		wg.Go(func() { s.dispatch(tunnels, tls.Server(tunnel.NewGatherConn(conn), cfg), httpConns, lim.HandshakeTimeout) })
+		wg.Go(func() {
+			s.dispatch(tunnels, tls.Server(tunnel.NewGatherConn(conn), cfg), httpConns, lim.HandshakeTimeout)
+		})
 	}
 	for {
 		raw, err := ln.Accept()
