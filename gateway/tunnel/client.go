@@ -243,7 +243,7 @@ func (c *Client) handshake(ctx context.Context, sess *yamux.Session, t Timing, l
 	if err != nil {
 		return nil, HelloAck{}, fmt.Errorf("accept control stream: %w", err)
 	}
-	conn := stream{Stream: st}
+	conn := newStream(st, nil)
 	ctrl := newControl(conn, t, log, func() { _ = sess.Close() })
 	hello, err := NewMessage(TypeHello, c.Hello)
 	if err != nil {
@@ -285,7 +285,7 @@ func (c *Client) acceptLoop(ctx context.Context, sess *yamux.Session, handlers *
 			return fmt.Errorf("%w: %v", ErrTunnelClosed, err)
 		}
 		handlers.Go(func() {
-			conn := stream{Stream: st}
+			conn := newStream(st, nil)
 			defer conn.Close()
 			c.Handler(ctx, conn)
 		})
