@@ -113,6 +113,18 @@ func TestGatherConnOneWritePerFrame(t *testing.T) {
 	if n := log.count(); n != 2 {
 		t.Errorf("a 64 KiB frame and a window update took %d writes to the socket; want 2", n)
 	}
+	// A relay's chunk to a user, through GatherWrites: one write too.
+	log.reset()
+	if _, err := GatherWrites(cli).Write(body); err != nil {
+		t.Fatal(err)
+	}
+	want = append(want, body...)
+	if n := log.count(); n != 1 {
+		t.Errorf("GatherWrites took %d writes to the socket for a 64 KiB chunk; want 1", n)
+	}
+	if w := GatherWrites(log); w != net.Conn(log) {
+		t.Errorf("GatherWrites of a connection without TLS over a GatherConn is %T; want the connection", w)
+	}
 	_ = cli.Close()
 	if b := <-got; !bytes.Equal(b, want) {
 		t.Fatalf("the peer read %d bytes; want the %d written, in order", len(b), len(want))
