@@ -22,9 +22,6 @@ const (
 	syncBytes = 8 << 20
 )
 
-// spoolReserve is how much disk space a File reserves ahead at a time.
-const spoolReserve = 1 << 20
-
 // Create starts the recording id. Write to the File, then Commit it. A
 // spool with less than MinMaxBytes of room refuses it (*SpoolFullError), so
 // that a session refused for want of room never starts.
@@ -56,12 +53,15 @@ func (s *Spool) Create(id string) (*File, error) {
 // syncEvery's worth of output or syncBytes, plus what was written while that
 // sync ran. The package doc says the same for the recording.
 //
-// Write reserves the file's disk space for what it accepts before it
-// writes, so a full disk or a file size limit is an error of that Write,
-// which takes nothing of p: the event is not relayed, and what was accepted
-// before can still be committed. Any other error (of the write, or of a
-// data sync) is returned by that or the next call, and every call after it
-// returns it too.
+// A full disk (ENOSPC) or the file size limit (EFBIG) fails the write(2)
+// of the Write that meets it, before the event is relayed: the part of it
+// written is cut off again, so the Write takes nothing of p and what was
+// accepted before can still be committed. (Disk space is not reserved
+// ahead with fallocate: writing into reserved, unwritten extents tripled
+// the CPU a write costs on ext4, and a synchronous write reports a full
+// disk itself.) Any other error (a data sync's, or a cut that failed) is
+// returned by that or the next call, and every call after it returns it
+// too.
 type File struct {
 	s  *Spool
 	id string
@@ -69,12 +69,9 @@ type File struct {
 
 	mu  sync.Mutex
 	sum hash.Hash // of the bytes in the file, in order
-	n   int64     // bytes accepted
-	// reserved is the file's size once preallocated, past n; -1 when the
-	// file system cannot preallocate.
-	reserved int64
-	err      error // the first failure, returned from then on
-	closed   bool
+	n   int64     // bytes accepted: the file's size
+	err    error // the first failure, returned from then on
+	closed bool
 
 	// The data sync: unsynced bytes were written since the last sync
 	// started; syncing says one is scheduled (timer) or running.
@@ -90,9 +87,9 @@ type File struct {
 var errFileClosed = errors.New("spool: recording already committed or discarded")
 
 // Write appends p to the recording: when it returns nil, p is in the file
-// (the kernel holds it), and its disk space is reserved. A write that would
-// take the spool past its limit is refused whole (*SpoolFullError,
-// makeRoom), like one the disk has no room for: the session must end.
+// (the kernel holds it). A write that would take the spool past its limit
+// is refused whole (*SpoolFullError, makeRoom), like one the disk has no
+// room for: the session must end.
 func (f *File) Write(p []byte) (int, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -104,15 +101,18 @@ func (f *File) Write(p []byte) (int, error) {
 		// lines and can be committed: the caller ends the session.
 		return 0, fmt.Errorf("reserve room in the spool: %w", err)
 	}
-	n, err := f.f.Write(p)
-	f.sum.Write(p[:n])
-	f.n += int64(n)
-	if err != nil {
-		f.err = fmt.Errorf("spool write %s: %w", f.id, err)
-		return n, f.err
+	if _, err := f.f.WriteAt(p, f.n); err != nil {
+		f.s.used.Add(-int64(len(p)))
+		if terr := f.f.Truncate(f.n); terr != nil {
+			f.err = fmt.Errorf("spool write %s: %w (and cutting the partial write off: %w)", f.id, err, terr)
+			return 0, f.err
+		}
+		return 0, fmt.Errorf("spool write %s: %w", f.id, err)
 	}
-	f.written(int64(n))
-	return n, nil
+	f.sum.Write(p)
+	f.n += int64(len(p))
+	f.written(int64(len(p)))
+	return len(p), nil
 }
 
 // usable returns the error that ended the File, if any.
@@ -123,49 +123,13 @@ func (f *File) usable() error {
 	return f.err
 }
 
-// makeRoom makes room for n more bytes: first within the spool's limit,
-// else a *SpoolFullError, then on the disk by preallocating the file
-// spoolReserve at a time, never ahead past the spool's limit. The spool
-// counts what the file takes on the disk: its reservation, or its bytes
-// once a file system that cannot preallocate turned reservation off (the
-// file is then written as on any other disk, and a full one fails a later
-// write).
+// makeRoom makes room for n more bytes within the spool's limit (with the
+// checksum file Commit adds), else a *SpoolFullError, and counts them.
 func (f *File) makeRoom(n int64) error {
-	need := f.n + n
-	held := max(f.reserved, f.n) // what the spool counts for this file
-	if need <= held {
-		return nil
-	}
-	grow := need - held
-	// Room for the checksum file Commit adds too.
-	if err := f.s.room(grow + sumFileSize); err != nil {
+	if err := f.s.room(n + sumFileSize); err != nil {
 		return err
 	}
-	if f.reserved < 0 {
-		f.s.used.Add(grow)
-		return nil
-	}
-	size := (need + spoolReserve - 1) / spoolReserve * spoolReserve
-	if ahead := max(f.s.max-f.s.used.Load()-grow-sumFileSize, 0); size-need > ahead {
-		size = need + ahead
-	}
-	err := preallocate(f.f, f.reserved, size-f.reserved)
-	if err != nil && !errors.Is(err, errors.ErrUnsupported) && size > need {
-		// No room for a whole step: the room for these bytes may still
-		// be there, and the recording then ends at the disk's true limit.
-		size = need
-		err = preallocate(f.f, f.reserved, size-f.reserved)
-	}
-	switch {
-	case errors.Is(err, errors.ErrUnsupported):
-		f.reserved = -1
-		f.s.used.Add(grow)
-		return nil
-	case err != nil:
-		return err
-	}
-	f.s.used.Add(size - held)
-	f.reserved = size
+	f.s.used.Add(n)
 	return nil
 }
 
@@ -235,8 +199,7 @@ func (f *File) close() error {
 	return f.f.Close()
 }
 
-// Commit cuts the reserved space off, syncs the recording and makes it
-// pending for upload.
+// Commit syncs the recording and makes it pending for upload.
 func (f *File) Commit() (Item, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -244,11 +207,6 @@ func (f *File) Commit() (Item, error) {
 		return Item{}, fmt.Errorf("spool commit %s: %w", f.id, errFileClosed)
 	}
 	err := f.err
-	if err == nil && f.reserved > f.n {
-		if err = f.f.Truncate(f.n); err == nil {
-			f.s.used.Add(f.n - f.reserved)
-		}
-	}
 	if err == nil {
 		err = f.f.Sync()
 	}
@@ -277,7 +235,7 @@ func (f *File) Discard() error {
 	if err := os.Remove(f.f.Name()); err != nil {
 		return fmt.Errorf("spool discard %s: %w", f.id, err)
 	}
-	f.s.used.Add(-max(f.reserved, f.n))
+	f.s.used.Add(-f.n)
 	if cerr != nil {
 		return fmt.Errorf("spool discard %s: %w", f.id, cerr)
 	}

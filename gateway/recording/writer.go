@@ -43,10 +43,10 @@
 // (write(2)) before it returns, so once output is relayed the kernel holds
 // its event: a worker that crashes (kill -9, a panic, the OOM killer) loses
 // nothing of what it relayed, and OpenSpool recovers the recording up to its
-// last complete line. Disk space for what a File accepts is reserved
-// (fallocate) before the write, so a full disk refuses the event, which then
-// is not relayed; another write error fails that write, and the session
-// ends.
+// last complete line. A full disk (or the file size limit) fails the write
+// of the event that meets it, which then is not relayed, and the File cuts
+// what part of it reached the file, so the recording so far can still be
+// committed; the session ends.
 //
 // Against a power loss (or a kernel crash), the file is synced to the disk
 // (fdatasync) off the relay's path within syncEvery (500 ms) of unsynced
