@@ -67,10 +67,10 @@ type File struct {
 	id string
 	f  *os.File
 
-	mu  sync.Mutex
-	sum hash.Hash // of the bytes in the file, in order
-	n   int64     // bytes accepted: the file's size
-	err    error // the first failure, returned from then on
+	mu     sync.Mutex
+	sum    hash.Hash // of the bytes in the file, in order
+	n      int64     // bytes accepted: the file's size
+	err    error     // the first failure, returned from then on
 	closed bool
 
 	// The data sync: unsynced bytes were written since the last sync
