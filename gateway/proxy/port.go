@@ -157,7 +157,11 @@ func (s *port) Serve(ctx context.Context, ln net.Listener) error {
 			raw.Close()
 			return
 		}
-		wg.Go(func() { s.dispatch(tunnels, tls.Server(conn, cfg), httpConns, lim.HandshakeTimeout) })
+		// TLS over a GatherConn: a tunnel writes each frame's records in one
+		// system call; other connections write through it unchanged.
+		wg.Go(func() {
+			s.dispatch(tunnels, tls.Server(tunnel.NewGatherConn(conn), cfg), httpConns, lim.HandshakeTimeout)
+		})
 	}
 	for {
 		raw, err := ln.Accept()

@@ -20,6 +20,7 @@ import (
 	"github.com/limenhq/limen/gateway/relay"
 	"github.com/limenhq/limen/gateway/reqinfo"
 	"github.com/limenhq/limen/gateway/sessions"
+	"github.com/limenhq/limen/gateway/tunnel"
 )
 
 type relayKey struct{}
@@ -161,9 +162,20 @@ func (k *Kube) relayUpgrade(resp *http.Response) error {
 		_ = body.Close()
 		return errUpgraded // the client is gone; nothing can be answered
 	}
-	relay.Run(resp.Request.Context(), relay.NetConn(conn, brw.Reader), body, relay.Copy, relay.Copy)
+	client := gatheredConn{Conn: relay.NetConn(conn, brw.Reader), w: tunnel.GatherWrites(conn)}
+	relay.Run(resp.Request.Context(), client, body, relay.Copy, relay.Copy)
 	return errUpgraded
 }
+
+// gatheredConn is the client's side of an upgraded stream: each chunk
+// relayed to the client reaches its socket in one system call, all its TLS
+// records at once (tunnel.GatherWrites), instead of one per 16 KiB record.
+type gatheredConn struct {
+	relay.Conn
+	w io.Writer
+}
+
+func (c gatheredConn) Write(p []byte) (int, error) { return c.w.Write(p) }
 
 // streamTransport sends one request over its tunnel stream and relays the
 // answer only once the proxy's record of the request is durable. The record

@@ -40,6 +40,9 @@ func largePart(t *testing.T, dir, id string, body, tail int64) (int64, string) {
 	if err != nil || int64(len(kept)) < w.n {
 		t.Fatalf("the spool file holds %d bytes of %d written: %v", len(kept), w.n, err)
 	}
+	if _, err := f.f.Seek(0, io.SeekEnd); err != nil { // the File writes at offsets
+		t.Fatal(err)
+	}
 	if _, err := io.WriteString(f.f, `[0.1, "o", "cut mid-li`); err != nil {
 		t.Fatal(err)
 	}

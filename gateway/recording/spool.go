@@ -113,8 +113,8 @@ func OpenSpoolLimit(dir string, maxBytes int64) (*Spool, error) {
 }
 
 // measure adds up the size of every file in the spool, remembers it, and
-// counts the finished recordings. A recording in progress counts with the
-// disk space reserved ahead for it (File.makeRoom), which Commit cuts off.
+// counts the finished recordings. A recording in progress counts with what
+// it wrote so far.
 func (s *Spool) measure() (used int64, finished int, _ error) {
 	s.measuring.Lock()
 	defer s.measuring.Unlock()

@@ -9,10 +9,11 @@ import (
 )
 
 // Tail reads a recording while it is being written to the spool, for the
-// console's live view. The file is preallocated ahead of its content (zero
-// bytes past the end of what was written), and written in whole blocks, so
-// Tail hands out only complete lines before the first zero byte: asciicast
-// lines are JSON, which never holds a raw NUL. It costs the writer nothing.
+// console's live view. The file is written a whole event at a time, and a
+// recovered one may end in zeros (an older spool preallocated its files),
+// so Tail hands out only complete lines before the first zero byte:
+// asciicast lines are JSON, which never holds a raw NUL. It costs the
+// writer nothing.
 type Tail struct {
 	s    *Spool
 	id   string

@@ -28,18 +28,15 @@ func TestTailFollowsWholeLines(t *testing.T) {
 	if got, err := tail.Next(); err != nil || len(got) != 0 {
 		t.Fatalf("nothing written yet: %q, %v", got, err)
 	}
-	// More than a block, so that one block lands in the file while the
-	// last line, cut by the block's end, is still partly in memory.
+	// More than 128 KiB of lines, written at once.
 	line := `[0.1, "o", "` + strings.Repeat("x", 100) + `"]` + "\n"
 	var want bytes.Buffer
-	for want.Len() <= spoolBlock {
+	for want.Len() <= 128<<10 {
 		want.WriteString(line)
 	}
 	if _, err := f.Write(want.Bytes()); err != nil {
 		t.Fatal(err)
 	}
-	// The full block is written by a goroutine of its own: wait for it to
-	// land.
 	var got []byte
 	for deadline := time.Now().Add(10 * time.Second); len(got) == 0 && time.Now().Before(deadline); {
 		b, err := tail.Next()

@@ -39,23 +39,22 @@
 //
 // The Writer hands each event to its io.Writer before the call returns, and
 // the relay passes output on only after that: output is recorded before it
-// reaches the user. A spool File gathers those writes in blocks of 128 KiB
-// (spoolBlock) and writes and checksums each full block on another
-// goroutine, one block at a time, so a recording costs one write per block,
-// not per event, and its SHA-256 is computed off the relay's goroutine. A
-// quiet session's block is written within spoolQuiet of its first byte.
-// Disk space for what a File accepts is reserved (fallocate) before the
-// write returns, so a full disk refuses the event, which then is not
-// relayed; another write error is returned by the next call, and the
-// session ends.
+// reaches the user. A spool File writes each of those writes to its file
+// (write(2)) before it returns, so once output is relayed the kernel holds
+// its event: a worker that crashes (kill -9, a panic, the OOM killer) loses
+// nothing of what it relayed, and OpenSpool recovers the recording up to its
+// last complete line. A full disk (or the file size limit) fails the write
+// of the event that meets it, which then is not relayed, and the File cuts
+// what part of it reached the file, so the recording so far can still be
+// committed; the session ends.
 //
-// The spool file is synced (fsync) once, at Commit: at the session's end,
-// which a recording cut at its cap also reaches. A worker that crashes loses
-// at most the output still in memory, the block being gathered and the one
-// being written (2 × 128 KiB; a quiet session's output is in the file within
-// spoolQuiet); what it wrote stays in the file, and OpenSpool recovers it.
-// A machine that crashes may also lose what the kernel had not yet written
-// back of a session that was not committed.
+// Against a power loss (or a kernel crash), the file is synced to the disk
+// (fdatasync) off the relay's path within syncEvery (500 ms) of unsynced
+// output, or as soon as syncBytes (8 MiB) of it wait, and fsynced at Commit,
+// the session's end. A machine that loses power may lose the output written
+// since the last sync that completed: up to about 500 ms of output or 8 MiB,
+// plus what was written during the sync then running. A failed sync ends
+// the session like a failed write.
 package recording
 
 import (

@@ -164,12 +164,21 @@ func (c *Client) dial(ctx context.Context, t Timing) (*tls.Conn, error) {
 	cfg.MinVersion = tls.VersionTLS13
 	dctx, cancel := context.WithTimeout(ctx, t.Handshake)
 	defer cancel()
-	d := tls.Dialer{Config: cfg, NetDialer: &net.Dialer{KeepAlive: t.Heartbeat}}
-	nc, err := d.DialContext(dctx, "tcp", c.Addr)
+	nd := &net.Dialer{KeepAlive: t.Heartbeat}
+	raw, err := nd.DialContext(dctx, "tcp", c.Addr)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", c.Addr, err)
 	}
-	conn := nc.(*tls.Conn)
+	if cfg.ServerName == "" {
+		if host, _, err := net.SplitHostPort(c.Addr); err == nil {
+			cfg.ServerName = host // what tls.Dialer would verify
+		}
+	}
+	conn := tls.Client(NewGatherConn(raw), cfg)
+	if err := conn.HandshakeContext(dctx); err != nil {
+		_ = raw.Close()
+		return nil, fmt.Errorf("dial %s: %w", c.Addr, err)
+	}
 	if p := conn.ConnectionState().NegotiatedProtocol; p != ALPN {
 		_ = conn.Close()
 		return nil, fmt.Errorf("dial %s: proxy negotiated ALPN %q, want %q", c.Addr, p, ALPN)
@@ -234,7 +243,7 @@ func (c *Client) handshake(ctx context.Context, sess *yamux.Session, t Timing, l
 	if err != nil {
 		return nil, HelloAck{}, fmt.Errorf("accept control stream: %w", err)
 	}
-	conn := stream{Stream: st}
+	conn := newStream(st, nil)
 	ctrl := newControl(conn, t, log, func() { _ = sess.Close() })
 	hello, err := NewMessage(TypeHello, c.Hello)
 	if err != nil {
@@ -276,7 +285,7 @@ func (c *Client) acceptLoop(ctx context.Context, sess *yamux.Session, handlers *
 			return fmt.Errorf("%w: %v", ErrTunnelClosed, err)
 		}
 		handlers.Go(func() {
-			conn := stream{Stream: st}
+			conn := newStream(st, nil)
 			defer conn.Close()
 			c.Handler(ctx, conn)
 		})

@@ -2,9 +2,12 @@ package tunnel
 
 import (
 	"bytes"
+	"crypto/tls"
 	"encoding/binary"
+	"io"
 	"net"
 	"slices"
+	"sync"
 	"testing"
 )
 
@@ -71,3 +74,77 @@ func TestCoalescedConn(t *testing.T) {
 		})
 	}
 }
+
+// TestGatherConnOneWritePerFrame: over TLS on a GatherConn, a 64 KiB data
+// frame (five TLS records) reaches the socket in one write, a window update
+// in one of its own, and the peer decrypts exactly the bytes yamux wrote.
+// Ungathered writes (the handshake, alerts) pass straight through.
+func TestGatherConnOneWritePerFrame(t *testing.T) {
+	pki := newPKI(t)
+	a, b := net.Pipe()
+	log := &countingConn{Conn: a}
+	srv := tls.Server(b, &tls.Config{Certificates: []tls.Certificate{pki.server}, MinVersion: tls.VersionTLS13})
+	cli := tls.Client(NewGatherConn(log), &tls.Config{RootCAs: pki.pool, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS13})
+	got := make(chan []byte, 1)
+	go func() {
+		if err := srv.Handshake(); err != nil {
+			got <- nil
+			return
+		}
+		buf, _ := io.ReadAll(srv)
+		got <- buf
+	}()
+	if err := cli.Handshake(); err != nil {
+		t.Fatal(err)
+	}
+	c := newCoalescedConn(cli)
+	if c.gather == nil {
+		t.Fatal("the coalescedConn did not find the GatherConn under its TLS connection")
+	}
+	body := bytes.Repeat([]byte("0123456789abcdef"), 4<<10) // 64 KiB
+	var want []byte
+	log.reset()
+	for _, w := range [][]byte{header(0, uint32(len(body))), body, header(1, 0)} {
+		if _, err := c.Write(w); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, w...)
+	}
+	if n := log.count(); n != 2 {
+		t.Errorf("a 64 KiB frame and a window update took %d writes to the socket; want 2", n)
+	}
+	// A relay's chunk to a user, through GatherWrites: one write too.
+	log.reset()
+	if _, err := GatherWrites(cli).Write(body); err != nil {
+		t.Fatal(err)
+	}
+	want = append(want, body...)
+	if n := log.count(); n != 1 {
+		t.Errorf("GatherWrites took %d writes to the socket for a 64 KiB chunk; want 1", n)
+	}
+	if w := GatherWrites(log); w != net.Conn(log) {
+		t.Errorf("GatherWrites of a connection without TLS over a GatherConn is %T; want the connection", w)
+	}
+	_ = cli.Close()
+	if b := <-got; !bytes.Equal(b, want) {
+		t.Fatalf("the peer read %d bytes; want the %d written, in order", len(b), len(want))
+	}
+}
+
+// countingConn counts the writes that reach it.
+type countingConn struct {
+	net.Conn
+	mu sync.Mutex
+	n  int
+}
+
+func (c *countingConn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	c.n++
+	c.mu.Unlock()
+	return c.Conn.Write(p)
+}
+
+func (c *countingConn) reset() { c.mu.Lock(); c.n = 0; c.mu.Unlock() }
+
+func (c *countingConn) count() int { c.mu.Lock(); defer c.mu.Unlock(); return c.n }

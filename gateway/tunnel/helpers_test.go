@@ -125,7 +125,7 @@ func startProxy(t testing.TB, pki *testPKI, srv *Server, addr string) *testProxy
 	var err error
 	for deadline := time.Now().Add(wait); ; {
 		// Rebinding a just-closed port can briefly fail; retry within the bound.
-		if ln, err = tls.Listen("tcp", addr, cfg); err == nil || time.Now().After(deadline) {
+		if ln, err = net.Listen("tcp", addr); err == nil || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -134,10 +134,26 @@ func startProxy(t testing.TB, pki *testPKI, srv *Server, addr string) *testProxy
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	// As the proxy's port does: TLS over a GatherConn.
+	ln = gatherListener{ln, cfg}
 	p := &testProxy{srv: srv, ln: ln, cancel: cancel, errs: make(chan error, 100)}
 	p.wg.Go(func() { p.accept(ctx) })
 	t.Cleanup(p.stop)
 	return p
+}
+
+// gatherListener accepts TLS connections over a GatherConn each.
+type gatherListener struct {
+	net.Listener
+	cfg *tls.Config
+}
+
+func (l gatherListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return tls.Server(NewGatherConn(c), l.cfg), nil
 }
 
 func (p *testProxy) addr() string { return p.ln.Addr().String() }

@@ -92,7 +92,7 @@ func (s *Server) Open(ctx context.Context, cluster string) (net.Conn, error) {
 		if err == nil {
 			w.open.Add(1)
 			s.opened.Add(1)
-			return stream{Stream: st, traffic: &w.traffic}, nil
+			return newStream(st, &w.traffic), nil
 		}
 		// The session died between pick and open; try another worker.
 		logger(s.Logger).Debug("tunnel: open failed", "session", w.info.SessionID, "err", err)

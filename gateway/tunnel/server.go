@@ -230,7 +230,7 @@ func (s *Server) handshake(ctx context.Context, sess *yamux.Session, t Timing, c
 	if err != nil {
 		return nil, fmt.Errorf("open control stream: %w", err)
 	}
-	conn := stream{Stream: st}
+	conn := newStream(st, nil)
 	ctrl := newControl(conn, t, log, func() { _ = sess.Close() })
 	_ = conn.SetReadDeadline(time.Now().Add(t.Handshake))
 	hello, err := readHello(conn)

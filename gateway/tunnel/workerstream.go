@@ -36,7 +36,7 @@ func (c *Client) OpenStream(ctx context.Context, kind string) (net.Conn, error) 
 	if err != nil {
 		return nil, fmt.Errorf("open %s stream: %w: %w", kind, ErrTunnelClosed, err)
 	}
-	conn := stream{Stream: st}
+	conn := newStream(st, nil)
 	dl, _ := ctx.Deadline()
 	_ = conn.SetWriteDeadline(dl)
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetWriteDeadline(time.Now()) })
@@ -83,7 +83,7 @@ func (s *Server) acceptWorkerStreams(ctx context.Context, w *Worker, t Timing, l
 			continue
 		}
 		handlers.Go(func() {
-			conn := stream{Stream: st}
+			conn := newStream(st, nil)
 			defer conn.Close()
 			// Freed before the close, so that a worker that sees its stream
 			// end may open the next at once.

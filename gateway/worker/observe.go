@@ -15,8 +15,8 @@ import (
 )
 
 // observePoll is how often a live view looks for new output in the
-// recording. The spool writes a quiet session's output within 200 ms, so
-// polling faster would show nothing sooner.
+// recording. The spool has each event in the file before it is relayed;
+// polling bounds the reads of a busy session's file.
 const observePoll = 100 * time.Millisecond
 
 // observeSettle bounds how long, after its session ended, a live view waits

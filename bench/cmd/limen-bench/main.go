@@ -39,6 +39,7 @@ type config struct {
 	watches    int
 	streamSize int64
 	streamRuns int
+	only       string // "streams": run the stream table alone
 }
 
 func main() {
@@ -65,7 +66,12 @@ func main() {
 	flag.BoolVar(&c.profile, "profile", false, "profile the proxy and worker (pprof, and strace for fsync) for the report when a goal is not met (default on without -quick)")
 	flag.IntVar(&c.requests, "requests", 0, "requests per latency cell (default 2000; 250 with -quick)")
 	flag.IntVar(&c.watches, "watches", 0, "idle watches (default 1000; 200 with -quick)")
+	flag.StringVar(&c.only, "only", "", `"streams" runs only the stream table (with -profile, the profiles of its rows), for work on the stream path`)
 	flag.Parse()
+	if c.only != "" && c.only != "streams" {
+		fmt.Fprintf(os.Stderr, "limen-bench: -only %q is not a phase; the one phase it can run alone is \"streams\"\n", c.only)
+		os.Exit(2)
+	}
 	c.defaults()
 	if !c.quick && !flagSet("profile") {
 		c.profile = true

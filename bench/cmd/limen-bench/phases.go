@@ -21,6 +21,12 @@ func measure(ctx context.Context, c config, s *setup, r *bench.Results) error {
 			return fmt.Errorf("warm-up %s: %w", t.name, err)
 		}
 	}
+	if c.only == "streams" {
+		streams(ctx, c, s, r)
+		r.Recording = recordingState(s)
+		r.Notes = append(r.Notes, gatewayWarnings(s)...)
+		return ctx.Err()
+	}
 	time.Sleep(2 * time.Second) // let the warm-up garbage be collected before the idle reading
 	r.Memory.ProxyIdle, r.Memory.WorkerIdle, r.Memory.APIServerIdle = rss(s.proxy), rss(s.worker), rss(s.apiserver)
 	if err := latency(ctx, c, s, r); err != nil {

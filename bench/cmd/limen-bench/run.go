@@ -60,9 +60,11 @@ func run(ctx context.Context, c config) error {
 	machine(r, root, c)
 	log := os.Stderr
 
-	progress(log, "policy benchmark: %s", strings.Join(bench.PolicyBenchCommand(), " "))
-	if r.Policy, err = bench.PolicyBench(ctx, root); err != nil {
-		r.Notes = append(r.Notes, "policy benchmark failed: "+err.Error())
+	if c.only == "" {
+		progress(log, "policy benchmark: %s", strings.Join(bench.PolicyBenchCommand(), " "))
+		if r.Policy, err = bench.PolicyBench(ctx, root); err != nil {
+			r.Notes = append(r.Notes, "policy benchmark failed: "+err.Error())
+		}
 	}
 
 	dir, err := os.MkdirTemp("", "limen-bench-")
