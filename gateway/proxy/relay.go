@@ -90,7 +90,7 @@ func (k *Kube) newRelay() {
 		// life.
 		BufferPool:     copyBuffers{},
 		ErrorLog:       nil,
-		ModifyResponse: k.relayUpgrade,
+		ModifyResponse: k.relayResponse, // streamed.go
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			if errors.Is(err, errUpgraded) {
 				return

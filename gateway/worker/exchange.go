@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"time"
@@ -288,9 +289,20 @@ func (x *exchange) respond(ctx context.Context, cancel context.CancelFunc, resp 
 		return
 	}
 	// The request body is consumed: a read now returns only when the proxy
-	// closes the stream, which ends an idle watch at once.
+	// closes the stream, which ends an idle watch at once. With nothing
+	// buffered it reads the stream itself, so that the request's 4 KiB
+	// read buffer is not held for the life of a watch.
+	var rest io.Reader = x.br
+	if x.br.Buffered() == 0 {
+		rest, x.br = x.stream, nil
+	}
 	go func() {
-		_, _ = x.br.ReadByte()
+		var b [1]byte
+		for {
+			if n, err := rest.Read(b[:]); n > 0 || err != nil {
+				break
+			}
+		}
 		cancel()
 	}()
 	if s != nil {
