@@ -109,11 +109,15 @@ func (x *exchange) refuse(rf *refusal) {
 		ev.Type = audit.TypeAuthDenied
 		ev.Denied = &audit.Denied{Hop: audit.HopWorker, Action: audit.ActionKube, Reason: rf.reason, Path: audit.RequestPath(x.req.RequestURI)}
 	}
-	if err := audit.WriteEvent(x.stream, ev); err != nil {
+	// The event and the answer leave in one write.
+	fw := &frameWriter{w: x.stream}
+	if err := audit.WriteEvent(fw, ev); err != nil {
 		x.h.Logger.WarnContext(x.req.Context(), "write audit event", "session", x.adm.req.SessionID, "err", err)
 		return
 	}
-	_ = writeStatusResponse(x.stream, rf.code, rf.statusReason(), rf.msg)
+	if err := writeStatusResponse(fw, rf.code, rf.statusReason(), rf.msg); err == nil {
+		_ = fw.Flush()
+	}
 }
 
 // classify decides what the request is, as the API server will (verb,
@@ -282,9 +286,12 @@ func (x *exchange) roundTrip(ctx context.Context, out *http.Request, s *session)
 // ev, chunk by chunk as it arrives, and ends the session s, if any, with
 // how the response ended.
 func (x *exchange) respond(ctx context.Context, cancel context.CancelFunc, resp *http.Response, s *session, ev audit.Event) {
-	// The event goes ahead of the response: the proxy stores it before it
+	// The event goes ahead of the response, in the same write as its head
+	// (and, for a short response, its body): the proxy stores it before it
 	// relays a byte.
-	if err := audit.WriteEvent(x.stream, ev); err != nil {
+	w := &errWriter{w: x.stream}
+	fw := &frameWriter{w: w}
+	if err := audit.WriteEvent(fw, ev); err != nil {
 		s.finish(ctx, audit.EndTunnelClosed, fmt.Errorf("write kube.request to the proxy: %w", err))
 		return
 	}
@@ -308,8 +315,11 @@ func (x *exchange) respond(ctx context.Context, cancel context.CancelFunc, resp 
 	if s != nil {
 		resp.Body = s.countOut(resp.Body)
 	}
-	w := &errWriter{w: x.stream}
-	err := writeResponse(w, x.req.Method, resp)
+	err := writeResponse(fw, x.req.Method, resp, x.st.Kind != sessions.KindNone)
+	if err != nil && !w.wrote {
+		s.finish(ctx, audit.EndTunnelClosed, fmt.Errorf("write kube.request to the proxy: %w", err))
+		return
+	}
 	if err != nil && ctx.Err() == nil {
 		x.h.Logger.Debug("relay response", "err", err)
 	}
