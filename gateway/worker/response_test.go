@@ -117,7 +117,10 @@ func (nopCloser) Close() error { return nil }
 // writes records each write it is given.
 type writes struct{ got [][]byte }
 
-func (w *writes) Write(p []byte) (int, error) { w.got = append(w.got, bytes.Clone(p)); return len(p), nil }
+func (w *writes) Write(p []byte) (int, error) {
+	w.got = append(w.got, bytes.Clone(p))
+	return len(p), nil
+}
 
 // headFirst is a body whose first Read checks that the head was written
 // already, as a streamed response's must be before its first event.
