@@ -99,14 +99,14 @@ func (f *frameWriter) Flush() error {
 	if f.buf == nil {
 		return nil
 	}
-	b := *f.buf
-	*f.buf = b[:0]
+	var err error
+	if b := *f.buf; len(b) > 0 {
+		_, err = f.w.Write(b)
+	}
+	// Only once written: the next stream to borrow it overwrites it.
+	*f.buf = (*f.buf)[:0]
 	frameBuffers.Put(f.buf)
 	f.buf = nil
-	if len(b) == 0 {
-		return nil
-	}
-	_, err := f.w.Write(b)
 	return err
 }
 

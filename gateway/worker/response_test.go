@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"sync"
 	"testing"
 	"testing/iotest"
 	"time"
@@ -192,4 +193,43 @@ func TestResponseLeavesInOneWritePerRead(t *testing.T) {
 			}
 		})
 	}
+}
+
+// slowWriter copies what it is given after a pause, as a tunnel stream
+// waiting for its window does.
+type slowWriter struct{ got []byte }
+
+func (w *slowWriter) Write(p []byte) (int, error) {
+	time.Sleep(time.Millisecond)
+	w.got = append(w.got, p...)
+	return len(p), nil
+}
+
+// TestFrameWritersShareNoBytes: many streams write through frameWriters at
+// once, their buffers borrowed from one pool: each stream's bytes are its
+// own and whole (a buffer given back before its write was done would carry
+// another stream's response, and its audit event, onto this one).
+func TestFrameWritersShareNoBytes(t *testing.T) {
+	const streams, rounds = 16, 20
+	var wg sync.WaitGroup
+	for i := range streams {
+		wg.Go(func() {
+			w := &slowWriter{}
+			fw := &frameWriter{w: w}
+			var want []byte
+			for r := range rounds {
+				p := bytes.Repeat([]byte{byte('a' + i)}, 100+r)
+				want = append(want, p...)
+				_, _ = fw.Write(p)
+				if err := fw.Flush(); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+			if !bytes.Equal(w.got, want) {
+				t.Errorf("stream %d received %d bytes not all its own", i, len(w.got))
+			}
+		})
+	}
+	wg.Wait()
 }
