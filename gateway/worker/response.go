@@ -17,14 +17,15 @@ import (
 
 var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
 
-// writeResponse writes resp as HTTP/1.1 to w. A streamed response (a watch,
-// a followed log) is flushed after its head (which must not wait for the
-// first event) and after every read of its body, so that each event or
-// line reaches the user as it arrives; any other leaves as w fills and at
-// its end. Whatever w holds at a flush (the audit event ahead of the head,
+// writeResponse writes resp as HTTP/1.1 to w, flushing w after every read
+// of the body, so that watches, followed logs and any response the API
+// server streams reach the user as they arrive, and after the head too when
+// the response is streamed (a watch's head must not wait for its first
+// event). Whatever w holds at a flush (the audit event ahead of the head,
 // the head, a chunk's size, its bytes and its end) leaves in one write: one
 // tunnel frame and one TLS record where each was one of its own, and a
-// short response is a single write, its event included.
+// response whose body comes in one read is a single write, its event
+// included.
 func writeResponse(w *frameWriter, method string, resp *http.Response, streamed bool) error {
 	noBody := method == http.MethodHead || resp.StatusCode == http.StatusNoContent || resp.StatusCode == http.StatusNotModified
 	length := int64(-1)
@@ -37,13 +38,12 @@ func writeResponse(w *frameWriter, method string, resp *http.Response, streamed 
 	if noBody {
 		return w.Flush()
 	}
-	var flush func() error
 	if streamed {
 		if err := w.Flush(); err != nil {
 			return err
 		}
-		flush = w.Flush
 	}
+	flush := w.Flush
 	if length >= 0 {
 		if err := copyBodyFlushed(w, resp.Body, flush); err != nil {
 			return err

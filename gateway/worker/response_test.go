@@ -158,7 +158,7 @@ func TestResponseLeavesInOneWritePerRead(t *testing.T) {
 		writes   int
 	}{
 		{"GET, its length known", []byte(`{"kind":"ConfigMap"}`), 20, nil, false, 1},
-		{"LIST, chunked", make([]byte, 200<<10), -1, []int{smallRead, 32 << 10, 32 << 10, 32 << 10, 32 << 10, 32 << 10, 32 << 10}, false, 8},
+		{"LIST, chunked", make([]byte, 200<<10), -1, []int{smallRead, 32 << 10, 32 << 10, 32 << 10, 32 << 10, 32 << 10, 32 << 10}, false, 9},
 		{"watch", []byte("event-1\nevent-2\n"), -1, []int{8, 8}, true, 4},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -233,3 +233,28 @@ func TestFrameWritersShareNoBytes(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestOrdinaryResponseLeavesAsItArrives: a response that is not a stream
+// by its request, but whose body the API server holds open, still reaches
+// the proxy read by read: its event, head and first bytes are written
+// before the body's next read returns (the stand-in of the proxy's
+// watchdog test hung when they waited for the body's end).
+func TestOrdinaryResponseLeavesAsItArrives(t *testing.T) {
+	w := &writes{}
+	fw := &frameWriter{w: w}
+	held := readFunc(func([]byte) (int, error) {
+		if len(w.got) == 0 {
+			return 0, errors.New("the body's next read came before anything was written")
+		}
+		return 0, io.EOF
+	})
+	resp := &http.Response{StatusCode: 200, ProtoMajor: 1, ProtoMinor: 1, Header: http.Header{}, ContentLength: -1,
+		Body: io.NopCloser(io.MultiReader(bytes.NewReader([]byte("first\n")), held))}
+	if err := writeResponse(fw, http.MethodGet, resp, false); err != nil {
+		t.Fatal(err)
+	}
+}
+
+type readFunc func([]byte) (int, error)
+
+func (f readFunc) Read(p []byte) (int, error) { return f(p) }
