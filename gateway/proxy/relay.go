@@ -91,7 +91,7 @@ func (k *Kube) newRelay() {
 		// life.
 		BufferPool:     copyBuffers{},
 		ErrorLog:       nil,
-		ModifyResponse: k.relayUpgrade,
+		ModifyResponse: k.relayResponse, // streamed.go
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			if errors.Is(err, errUpgraded) {
 				return
@@ -272,7 +272,9 @@ func (k *Kube) readHead(conn net.Conn, req *http.Request, g grant.Grant, sr gran
 		maxHead = DefaultMaxWorkerHeadBytes
 	}
 	lim := &headLimit{r: conn, left: int64(4 + audit.MaxWireSize + maxHead)}
-	br := bufio.NewReader(lim) // large reads bypass the buffer; an idle watch holds only 4 KiB
+	// Large reads bypass the buffer, and the head's lines need not fit in
+	// it: 1 KiB is enough, and all an idle watch holds (streamed.go).
+	br := bufio.NewReaderSize(lim, headBuffer)
 	if _, err := br.Peek(1); err != nil {
 		return nil, audit.Event{}, nil, fmt.Errorf("read audit event from worker: %w", err)
 	}
@@ -292,6 +294,9 @@ func (k *Kube) readHead(conn net.Conn, req *http.Request, g grant.Grant, sr gran
 	lim.lift()
 	return br, ev, resp, nil
 }
+
+// headBuffer is the size of the buffer a worker's answer is read through.
+const headBuffer = 1 << 10
 
 // headErr names the bound a worker's answer broke, if it broke one.
 func headErr(err error, timeout time.Duration, maxHead int) error {

@@ -28,19 +28,19 @@ type Config struct {
 	// admitted, on Register's caller's goroutine; keep it short.
 	OnStart func(Info)
 	// OnEnd, if set, runs once per session right after it ends, on the
-	// goroutine that ended it (the watchdog, Kill's or End's caller); use it
+	// goroutine that ended it (a watchdog callback's, Kill's or End's caller); use it
 	// for the session.end audit event and keep it short.
 	OnEnd func(Info)
 	// Logger receives session ends; nil means slog.Default().
 	Logger *slog.Logger
 }
 
-// Registry tracks the live sessions of one hop and runs their watchdogs. It
-// is safe for concurrent use; Close ends every session and stops every
-// watchdog.
+// Registry tracks the live sessions of one hop and arms their watchdogs
+// (callbacks, no goroutine per session). It is safe for concurrent use;
+// Close ends every session and stops every watchdog.
 type Registry struct {
 	cfg Config
-	wg  sync.WaitGroup // one per watchdog goroutine
+	wg  sync.WaitGroup // one per listed session until its end is reported
 
 	mu     sync.Mutex
 	live   map[string]*Live
@@ -89,7 +89,7 @@ type Live struct {
 	once    sync.Once
 	endedAt time.Time // written once, under once, before cancel
 	// unlisted marks a request Track only guards; release stops its lock
-	// watch and expiry timer (a listed session's watchdog stops its own).
+	// watch and expiry timer (a listed session's stop as it ends).
 	unlisted bool
 	release  func()
 }
@@ -136,7 +136,7 @@ func (r *Registry) guard(ctx context.Context, s Session) (*Live, error) {
 	return l, nil
 }
 
-// Register records s and starts its watchdog. It refuses a principal who is
+// Register records s and arms its watchdog. It refuses a principal who is
 // locked (a *locks.LockedError), a grant already expired (an *Ended with
 // ReasonExpired), a malformed session, a duplicate ID and a closed
 // registry. The session ends with ReasonClientClosed if ctx ends first, so
@@ -152,20 +152,32 @@ func (r *Registry) Register(ctx context.Context, s Session) (*Live, error) {
 	if !s.Expires.IsZero() && !now.Before(s.Expires) {
 		return nil, &Ended{Reason: ReasonExpired}
 	}
-	// Watch before checking: a lock set between the two still fires.
-	var lockCh <-chan locks.Lock
-	stopWatch := func() {}
-	if r.cfg.Locks != nil {
-		lockCh, stopWatch = r.cfg.Locks.Watch(s.Principal)
-		select {
-		case l := <-lockCh:
-			stopWatch()
-			return nil, &locks.LockedError{Lock: l}
-		default:
-		}
-	}
 	l := &Live{reg: r, s: s}
 	l.ctx, l.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
+
+	// The watchdog is callbacks (a lock watch, a timer, a context), as
+	// guard's, not a goroutine: an idle stream costs no stack. Each starts
+	// a goroutine for l.end only when it fires: the lock set calls back
+	// under its mutex, and end runs OnEnd, which stores the session.end.
+	stopWatch := func() {}
+	var early atomic.Pointer[locks.Lock] // a lock found before l is listed
+	var listed atomic.Bool
+	if r.cfg.Locks != nil {
+		// Watch before checking: Notify calls back at once if the principal
+		// is locked already, and a lock set between the two still fires.
+		stopWatch = r.cfg.Locks.Notify(s.Principal, func(lk locks.Lock) {
+			if !listed.Load() {
+				early.CompareAndSwap(nil, &lk)
+				return
+			}
+			go l.end(&Ended{Reason: ReasonLocked, Lock: &lk})
+		})
+		if lk := early.Load(); lk != nil {
+			stopWatch()
+			l.cancel(&locks.LockedError{Lock: *lk})
+			return nil, &locks.LockedError{Lock: *lk}
+		}
+	}
 
 	r.mu.Lock()
 	if err := r.admit(s.ID); err != nil {
@@ -175,18 +187,21 @@ func (r *Registry) Register(ctx context.Context, s Session) (*Live, error) {
 		return nil, err
 	}
 	r.live[s.ID] = l
-	r.wg.Add(1)
+	r.wg.Add(1) // done once l has ended and been reported (end)
+	listed.Store(true)
 	r.mu.Unlock()
+	if lk := early.Load(); lk != nil { // locked while being listed
+		go l.end(&Ended{Reason: ReasonLocked, Lock: lk})
+	}
 
-	var expiry <-chan time.Time
-	stop := stopWatch
+	stopClient := context.AfterFunc(ctx, func() { l.end(&Ended{Reason: ReasonClientClosed}) })
+	stopExpiry := func() bool { return false }
 	if !s.Expires.IsZero() {
 		// A timer at the exact expiry: nothing polls.
-		t := time.NewTimer(time.Until(s.Expires))
-		expiry = t.C
-		stop = func() { t.Stop(); stopWatch() }
+		stopExpiry = time.AfterFunc(time.Until(s.Expires), func() { l.end(&Ended{Reason: ReasonExpired}) }).Stop
 	}
-	go l.watchdog(ctx, lockCh, expiry, stop)
+	// However l ends, its watches go with it.
+	context.AfterFunc(l.ctx, func() { stopExpiry(); stopClient(); stopWatch() })
 	if r.cfg.OnStart != nil {
 		r.cfg.OnStart(l.Info())
 	}
@@ -202,23 +217,6 @@ func (r *Registry) admit(id string) error {
 		return fmt.Errorf("register session %s: %w", id, ErrDuplicate)
 	}
 	return nil
-}
-
-// watchdog ends l at the first of: a lock on its principal, its grant's
-// expiry, its client going away. It returns once l has ended for any
-// reason; the registry waits for it in Close.
-func (l *Live) watchdog(client context.Context, lockCh <-chan locks.Lock, expiry <-chan time.Time, stop func()) {
-	defer l.reg.wg.Done()
-	defer stop()
-	select {
-	case lk := <-lockCh:
-		l.end(&Ended{Reason: ReasonLocked, Lock: &lk})
-	case <-expiry:
-		l.end(&Ended{Reason: ReasonExpired})
-	case <-client.Done():
-		l.end(&Ended{Reason: ReasonClientClosed})
-	case <-l.ctx.Done():
-	}
 }
 
 // Context is cancelled when the session ends; its cause is an *Ended.
@@ -299,6 +297,7 @@ func (l *Live) end(e *Ended) bool {
 			f(info)
 		}
 	}
+	l.reg.wg.Done() // Close waits for every listed session's report
 	return true
 }
 
@@ -381,7 +380,8 @@ func (r *Registry) List() []Info {
 }
 
 // Close refuses new sessions, ends the live ones with ReasonShutdown and
-// waits for their watchdogs.
+// waits until every session's end has been reported (Config.OnEnd), those
+// a lock, an expiry or a client ended meanwhile included.
 func (r *Registry) Close() {
 	r.mu.Lock()
 	r.closed = true

@@ -178,3 +178,62 @@ func TestTrackConcurrent(t *testing.T) {
 	})
 	wg.Wait()
 }
+
+// TestRegisterCostsNoGoroutine holds many idle streams (watches) open at
+// once: a listed session's watchdog is callbacks, not a goroutine each, and
+// still ends each stream on its principal's lock, its grant's expiry and its
+// client going away, reporting each end once.
+func TestRegisterCostsNoGoroutine(t *testing.T) {
+	set := locks.NewSet()
+	r, e := newReg(t, set)
+	const n = 200
+	before := runtime.NumGoroutine()
+	stream := func(id, name string) Session {
+		s := plain(id, name)
+		s.Kind, s.Target = KindWatch, "default/configmaps"
+		return s
+	}
+	lives := make([]*Live, n)
+	for i := range lives {
+		l, err := r.Register(context.Background(), stream(fmt.Sprint("w", i), "alice"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		lives[i] = l
+	}
+	if grew := runtime.NumGoroutine() - before; grew >= n/2 {
+		t.Fatalf("%d idle streams started %d goroutines", n, grew)
+	}
+	set.Apply(locks.Change{Op: locks.OpSet, Lock: lockOf("alice")})
+	for _, l := range lives {
+		waitDone(t, l)
+		if l.Ended().Reason != ReasonLocked {
+			t.Fatalf("ended %+v, want locked", l.Ended())
+		}
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	gone, err := r.Register(ctx, stream("gone", "bob"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := stream("expires", "bob")
+	s.Expires = time.Now().Add(50 * time.Millisecond)
+	expiring, err := r.Register(context.Background(), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	waitDone(t, gone)
+	waitDone(t, expiring)
+	if gone.Ended().Reason != ReasonClientClosed || expiring.Ended().Reason != ReasonExpired {
+		t.Fatalf("ended %+v and %+v, want client_closed and expired", gone.Ended(), expiring.Ended())
+	}
+	r.Close() // waits for every end to be reported
+	if got := len(e.reasons()); got != n+2 {
+		t.Fatalf("%d ends reported, want %d", got, n+2)
+	}
+	if gone.End(ReasonCompleted) {
+		t.Fatal("End ended a session twice")
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"time"
@@ -108,11 +109,15 @@ func (x *exchange) refuse(rf *refusal) {
 		ev.Type = audit.TypeAuthDenied
 		ev.Denied = &audit.Denied{Hop: audit.HopWorker, Action: audit.ActionKube, Reason: rf.reason, Path: audit.RequestPath(x.req.RequestURI)}
 	}
-	if err := audit.WriteEvent(x.stream, ev); err != nil {
+	// The event and the answer leave in one write.
+	fw := &frameWriter{w: x.stream}
+	if err := audit.WriteEvent(fw, ev); err != nil {
 		x.h.Logger.WarnContext(x.req.Context(), "write audit event", "session", x.adm.req.SessionID, "err", err)
 		return
 	}
-	_ = writeStatusResponse(x.stream, rf.code, rf.statusReason(), rf.msg)
+	if err := writeStatusResponse(fw, rf.code, rf.statusReason(), rf.msg); err == nil {
+		_ = fw.Flush()
+	}
 }
 
 // classify decides what the request is, as the API server will (verb,
@@ -281,23 +286,40 @@ func (x *exchange) roundTrip(ctx context.Context, out *http.Request, s *session)
 // ev, chunk by chunk as it arrives, and ends the session s, if any, with
 // how the response ended.
 func (x *exchange) respond(ctx context.Context, cancel context.CancelFunc, resp *http.Response, s *session, ev audit.Event) {
-	// The event goes ahead of the response: the proxy stores it before it
+	// The event goes ahead of the response, in the same write as its head
+	// (and, for a short response, its body): the proxy stores it before it
 	// relays a byte.
-	if err := audit.WriteEvent(x.stream, ev); err != nil {
+	w := &errWriter{w: x.stream}
+	fw := &frameWriter{w: w}
+	if err := audit.WriteEvent(fw, ev); err != nil {
 		s.finish(ctx, audit.EndTunnelClosed, fmt.Errorf("write kube.request to the proxy: %w", err))
 		return
 	}
 	// The request body is consumed: a read now returns only when the proxy
-	// closes the stream, which ends an idle watch at once.
+	// closes the stream, which ends an idle watch at once. With nothing
+	// buffered it reads the stream itself, so that the request's 4 KiB
+	// read buffer is not held for the life of a watch.
+	var rest io.Reader = x.br
+	if x.br.Buffered() == 0 {
+		rest, x.br = x.stream, nil
+	}
 	go func() {
-		_, _ = x.br.ReadByte()
+		var b [1]byte
+		for {
+			if n, err := rest.Read(b[:]); n > 0 || err != nil {
+				break
+			}
+		}
 		cancel()
 	}()
 	if s != nil {
 		resp.Body = s.countOut(resp.Body)
 	}
-	w := &errWriter{w: x.stream}
-	err := writeResponse(w, x.req.Method, resp)
+	err := writeResponse(fw, x.req.Method, resp, x.st.Kind != sessions.KindNone)
+	if err != nil && !w.wrote {
+		s.finish(ctx, audit.EndTunnelClosed, fmt.Errorf("write kube.request to the proxy: %w", err))
+		return
+	}
 	if err != nil && ctx.Err() == nil {
 		x.h.Logger.Debug("relay response", "err", err)
 	}

@@ -17,27 +17,96 @@ import (
 
 var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
 
-// writeResponse writes resp as HTTP/1.1, chunk by chunk as the body arrives,
-// so watches and followed logs reach the user at once.
-func writeResponse(w io.Writer, method string, resp *http.Response) error {
+// writeResponse writes resp as HTTP/1.1 to w, flushing w after every read
+// of the body, so that watches, followed logs and any response the API
+// server streams reach the user as they arrive, and after the head too when
+// the response is streamed (a watch's head must not wait for its first
+// event). Whatever w holds at a flush (the audit event ahead of the head,
+// the head, a chunk's size, its bytes and its end) leaves in one write: one
+// tunnel frame and one TLS record where each was one of its own, and a
+// response whose body comes in one read is a single write, its event
+// included.
+func writeResponse(w *frameWriter, method string, resp *http.Response, streamed bool) error {
 	noBody := method == http.MethodHead || resp.StatusCode == http.StatusNoContent || resp.StatusCode == http.StatusNotModified
+	length := int64(-1)
 	if noBody || resp.ContentLength >= 0 {
-		if err := writeHead(w, resp, resp.ContentLength, false); err != nil || noBody {
-			return err
-		}
-		return copyBody(w, resp.Body)
+		length = resp.ContentLength
 	}
-	if err := writeHead(w, resp, -1, false); err != nil {
+	if err := writeHead(w, resp, length, false); err != nil {
 		return err
 	}
+	if noBody {
+		return w.Flush()
+	}
+	if streamed {
+		if err := w.Flush(); err != nil {
+			return err
+		}
+	}
+	flush := w.Flush
+	if length >= 0 {
+		if err := copyBodyFlushed(w, resp.Body, flush); err != nil {
+			return err
+		}
+		return w.Flush()
+	}
 	cw := httputil.NewChunkedWriter(w)
-	if err := copyBody(cw, resp.Body); err != nil {
+	if err := copyBodyFlushed(cw, resp.Body, flush); err != nil {
 		return err
 	}
 	if err := cw.Close(); err != nil {
 		return err
 	}
-	_, err := io.WriteString(w, "\r\n")
+	if _, err := io.WriteString(w, "\r\n"); err != nil {
+		return err
+	}
+	return w.Flush()
+}
+
+// frameWriter gathers writes until Flush and sends them in one write. It
+// holds a buffer only between a write and the next Flush, borrowed from
+// frameBuffers: an idle watch holds none.
+type frameWriter struct {
+	w   io.Writer
+	buf *[]byte
+}
+
+// frameBuffers hold a large body read with its chunk size and end.
+var frameBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 32<<10+64); return &b }}
+
+func (f *frameWriter) Write(p []byte) (int, error) {
+	if f.buf == nil {
+		f.buf = frameBuffers.Get().(*[]byte)
+	}
+	b := *f.buf
+	if len(b)+len(p) > cap(b) {
+		if err := f.Flush(); err != nil {
+			return 0, err
+		}
+		if len(p) > cap(b) {
+			return f.w.Write(p)
+		}
+		f.buf = frameBuffers.Get().(*[]byte)
+		b = *f.buf
+	}
+	*f.buf = append(b, p...)
+	return len(p), nil
+}
+
+// Flush sends what was written since the last Flush, and gives the buffer
+// back.
+func (f *frameWriter) Flush() error {
+	if f.buf == nil {
+		return nil
+	}
+	var err error
+	if b := *f.buf; len(b) > 0 {
+		_, err = f.w.Write(b)
+	}
+	// Only once written: the next stream to borrow it overwrites it.
+	*f.buf = (*f.buf)[:0]
+	frameBuffers.Put(f.buf)
+	f.buf = nil
 	return err
 }
 
@@ -52,7 +121,10 @@ const smallRead = 2 << 10
 // spends its life blocked in Read, so it reads into a small buffer, and
 // borrows a large one from a pool only while reads fill the buffer: a LIST
 // moves in large writes, an idle watch holds 2 KiB.
-func copyBody(dst io.Writer, src io.Reader) error {
+func copyBody(dst io.Writer, src io.Reader) error { return copyBodyFlushed(dst, src, nil) }
+
+// copyBodyFlushed is copyBody calling flush, if not nil, after each write.
+func copyBodyFlushed(dst io.Writer, src io.Reader, flush func() error) error {
 	small := make([]byte, smallRead)
 	buf := small
 	var big *[]byte
@@ -66,6 +138,11 @@ func copyBody(dst io.Writer, src io.Reader) error {
 		if n > 0 {
 			if _, err := dst.Write(buf[:n]); err != nil {
 				return err
+			}
+			if flush != nil {
+				if err := flush(); err != nil {
+					return err
+				}
 			}
 		}
 		if rerr == io.EOF {
@@ -122,14 +199,18 @@ func writeStatusResponse(w io.Writer, code int, reason, msg string) error {
 // errWriter keeps the error of the first failed write, which tells a
 // client gone from an API server gone.
 type errWriter struct {
-	w   io.Writer
-	err error
+	w     io.Writer
+	err   error
+	wrote bool // a write succeeded: the proxy has the audit event
 }
 
 func (e *errWriter) Write(p []byte) (int, error) {
 	n, err := e.w.Write(p)
 	if err != nil && e.err == nil {
 		e.err = err
+	}
+	if err == nil {
+		e.wrote = true
 	}
 	return n, err
 }

@@ -1,14 +1,19 @@
 package worker
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
 	"errors"
 	"io"
 	"net"
+	"net/http"
+	"slices"
+	"sync"
 	"testing"
 	"testing/iotest"
+	"time"
 
 	"github.com/limenhq/limen/gateway/audit"
 	"github.com/limenhq/limen/gateway/relay"
@@ -109,3 +114,147 @@ func TestEndReasonAfterAnOutsideEnd(t *testing.T) {
 type nopCloser struct{}
 
 func (nopCloser) Close() error { return nil }
+
+// writes records each write it is given.
+type writes struct{ got [][]byte }
+
+func (w *writes) Write(p []byte) (int, error) {
+	w.got = append(w.got, bytes.Clone(p))
+	return len(p), nil
+}
+
+// headFirst is a body whose first Read checks that the head was written
+// already, as a streamed response's must be before its first event.
+type headFirst struct {
+	io.Reader
+	w       *writes
+	checked bool
+	early   bool
+}
+
+func (h *headFirst) Read(p []byte) (int, error) {
+	if !h.checked {
+		h.checked, h.early = true, len(h.w.got) > 0
+	}
+	return h.Reader.Read(p)
+}
+
+// TestResponseLeavesInOneWritePerRead: the event and head of a response go
+// out with its first body bytes in one write to the tunnel stream (one
+// frame, one TLS record), a chunked body's size, bytes and end in one write
+// per read, and a streamed response's head at once, before its body is
+// read; the bytes are those the proxy parses.
+func TestResponseLeavesInOneWritePerRead(t *testing.T) {
+	get := func(body io.Reader, length int64) *http.Response {
+		return &http.Response{StatusCode: 200, ProtoMajor: 1, ProtoMinor: 1, Header: http.Header{"Content-Type": {"application/json"}},
+			ContentLength: length, Body: io.NopCloser(body)}
+	}
+	for _, tt := range []struct {
+		name     string
+		body     []byte
+		length   int64
+		sizes    []int
+		streamed bool
+		writes   int
+	}{
+		{"GET, its length known", []byte(`{"kind":"ConfigMap"}`), 20, nil, false, 1},
+		{"LIST, chunked", make([]byte, 200<<10), -1, []int{smallRead, 32 << 10, 32 << 10, 32 << 10, 32 << 10, 32 << 10, 32 << 10}, false, 9},
+		{"watch", []byte("event-1\nevent-2\n"), -1, []int{8, 8}, true, 4},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			w := &writes{}
+			fw := &frameWriter{w: w}
+			ev := audit.Event{Type: audit.TypeKubeRequest, Time: time.Now(), Cluster: "demo", SessionID: "0123456789abcdef0123456789abcdef",
+				Kube: &audit.KubeRequest{Method: "GET", Path: "/api", Status: 200}}
+			if err := audit.WriteEvent(fw, ev); err != nil {
+				t.Fatal(err)
+			}
+			body := &headFirst{Reader: &sizedReader{data: tt.body, sizes: slices.Clone(tt.sizes)}, w: w}
+			if err := writeResponse(fw, http.MethodGet, get(body, tt.length), tt.streamed); err != nil {
+				t.Fatal(err)
+			}
+			if len(w.got) > tt.writes {
+				t.Errorf("%d writes, want at most %d", len(w.got), tt.writes)
+			}
+			if body.early != tt.streamed {
+				t.Errorf("head written before the body was read: %v, want %v", body.early, tt.streamed)
+			}
+			br := bufio.NewReader(bytes.NewReader(bytes.Join(w.got, nil)))
+			if got, err := audit.ReadEvent(br, 0); err != nil || got.SessionID != ev.SessionID {
+				t.Fatalf("event %+v, %v", got, err)
+			}
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := io.ReadAll(resp.Body)
+			if err != nil || !bytes.Equal(b, tt.body) {
+				t.Fatalf("body of %d bytes (%v), want the %d sent", len(b), err, len(tt.body))
+			}
+		})
+	}
+}
+
+// slowWriter copies what it is given after a pause, as a tunnel stream
+// waiting for its window does.
+type slowWriter struct{ got []byte }
+
+func (w *slowWriter) Write(p []byte) (int, error) {
+	time.Sleep(time.Millisecond)
+	w.got = append(w.got, p...)
+	return len(p), nil
+}
+
+// TestFrameWritersShareNoBytes: many streams write through frameWriters at
+// once, their buffers borrowed from one pool: each stream's bytes are its
+// own and whole (a buffer given back before its write was done would carry
+// another stream's response, and its audit event, onto this one).
+func TestFrameWritersShareNoBytes(t *testing.T) {
+	const streams, rounds = 16, 20
+	var wg sync.WaitGroup
+	for i := range streams {
+		wg.Go(func() {
+			w := &slowWriter{}
+			fw := &frameWriter{w: w}
+			var want []byte
+			for r := range rounds {
+				p := bytes.Repeat([]byte{byte('a' + i)}, 100+r)
+				want = append(want, p...)
+				_, _ = fw.Write(p)
+				if err := fw.Flush(); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+			if !bytes.Equal(w.got, want) {
+				t.Errorf("stream %d received %d bytes not all its own", i, len(w.got))
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// TestOrdinaryResponseLeavesAsItArrives: a response that is not a stream
+// by its request, but whose body the API server holds open, still reaches
+// the proxy read by read: its event, head and first bytes are written
+// before the body's next read returns (the stand-in of the proxy's
+// watchdog test hung when they waited for the body's end).
+func TestOrdinaryResponseLeavesAsItArrives(t *testing.T) {
+	w := &writes{}
+	fw := &frameWriter{w: w}
+	held := readFunc(func([]byte) (int, error) {
+		if len(w.got) == 0 {
+			return 0, errors.New("the body's next read came before anything was written")
+		}
+		return 0, io.EOF
+	})
+	resp := &http.Response{StatusCode: 200, ProtoMajor: 1, ProtoMinor: 1, Header: http.Header{}, ContentLength: -1,
+		Body: io.NopCloser(io.MultiReader(bytes.NewReader([]byte("first\n")), held))}
+	if err := writeResponse(fw, http.MethodGet, resp, false); err != nil {
+		t.Fatal(err)
+	}
+}
+
+type readFunc func([]byte) (int, error)
+
+func (f readFunc) Read(p []byte) (int, error) { return f(p) }

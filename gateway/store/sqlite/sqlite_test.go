@@ -4,7 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 
@@ -159,4 +161,39 @@ func TestConcurrentOpenMigratesOnce(t *testing.T) {
 
 func BenchmarkAuditOverlap(b *testing.B) {
 	storetest.BenchAuditOverlap(b, func(b *testing.B) store.Backend { return sqlite.New(b.TempDir()) })
+}
+
+// TestAuditAppendIsAllOrNothing: a batch is stored whole or not at all,
+// whether it goes as one multi-row INSERT (up to four rows) or in an
+// explicit transaction: a row the table refuses (no data: NOT NULL) takes
+// the rows before it down with it.
+func TestAuditAppendIsAllOrNothing(t *testing.T) {
+	ctx := context.Background()
+	a, err := sqlite.OpenAudit(ctx, filepath.Join(t.TempDir(), sqlite.AuditFile), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	row := func(i int) store.AuditRecord {
+		return store.AuditRecord{TimeNS: int64(i + 1), Type: "kube.request", SessionID: fmt.Sprint(i), Data: []byte(`{}`)}
+	}
+	var stored int64
+	for _, n := range []int{1, 2, 4, 5, 9} {
+		good := make([]store.AuditRecord, n)
+		for i := range good {
+			good[i] = row(i)
+		}
+		if err := a.Append(ctx, good); err != nil {
+			t.Fatalf("%d rows: %v", n, err)
+		}
+		stored += int64(n)
+		bad := slices.Clone(good)
+		bad[n-1].Data = nil
+		if err := a.Append(ctx, bad); err == nil {
+			t.Fatalf("%d rows, the last without data: stored", n)
+		}
+		if got, err := a.Count(ctx); err != nil || got != stored {
+			t.Fatalf("after a refused batch of %d: %d rows (%v), want %d", n, got, err, stored)
+		}
+	}
 }

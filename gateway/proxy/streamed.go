@@ -1,0 +1,118 @@
+package proxy
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/textproto"
+	"strings"
+)
+
+// A streamed response (a watch, a followed log: a request the session
+// registry lists) is relayed here instead of by ReverseProxy's copy, whose
+// buffer an idle watch would hold all its life: the body is read into a
+// small buffer while it trickles and into a pooled one only while reads
+// fill it (as the worker's copyBody), each read written and flushed at
+// once. What ReverseProxy would do with the head (hop-by-hop headers
+// dropped, the rest copied) and with a body cut short (the handler
+// aborted, so the client sees a reset and never a clean end) is kept.
+
+// errStreamRelayed tells the ErrorHandler, as errUpgraded does, that the
+// response was relayed to its end: there is nothing left to answer.
+var errStreamRelayed = fmt.Errorf("streamed response relayed: %w", errUpgraded)
+
+// smallRead is the buffer a streamed body is read with while it trickles:
+// a watch event of an ordinary object fits.
+const smallRead = 1 << 10
+
+// relayResponse is the relay's ModifyResponse: an upgrade goes to
+// relayUpgrade, a streamed response is relayed here (relayStreamed), and
+// any other response is left to ReverseProxy.
+func (k *Kube) relayResponse(resp *http.Response) error {
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		return k.relayUpgrade(resp)
+	}
+	st := resp.Request.Context().Value(relayKey{}).(*relayState)
+	if st.live == nil {
+		return nil
+	}
+	relayStreamed(st.w, resp)
+	return errStreamRelayed
+}
+
+// relayStreamed writes resp to w, flushing the head and then every read of
+// the body as it arrives. A body that ends in error (the worker's stream cut,
+// the client gone) aborts the handler, as ReverseProxy does.
+func relayStreamed(w http.ResponseWriter, resp *http.Response) {
+	defer resp.Body.Close()
+	dropHopHeaders(resp.Header)
+	h := w.Header()
+	for name, values := range resp.Header {
+		h[name] = append(h[name], values...)
+	}
+	w.WriteHeader(resp.StatusCode)
+	rc := http.NewResponseController(w)
+	if err := rc.Flush(); err != nil {
+		panic(http.ErrAbortHandler)
+	}
+	if err := copyFlushed(w, rc, resp.Body); err != nil {
+		panic(http.ErrAbortHandler)
+	}
+}
+
+// copyFlushed copies src to w, flushing after every write.
+func copyFlushed(w io.Writer, rc *http.ResponseController, src io.Reader) error {
+	var small [smallRead]byte
+	buf := small[:]
+	var big *[]byte
+	defer func() {
+		if big != nil {
+			copyBufferPool.Put(big)
+		}
+	}()
+	for {
+		n, rerr := src.Read(buf)
+		if n > 0 {
+			if _, err := w.Write(buf[:n]); err != nil {
+				return err
+			}
+			if err := rc.Flush(); err != nil {
+				return err
+			}
+		}
+		if rerr == io.EOF {
+			return nil
+		}
+		if rerr != nil {
+			return rerr
+		}
+		switch {
+		case big == nil && n == len(buf):
+			big = copyBufferPool.Get().(*[]byte)
+			buf = *big
+		case big != nil && n < smallRead:
+			copyBufferPool.Put(big)
+			big, buf = nil, small[:]
+		}
+	}
+}
+
+// hopHeaders are the headers of one connection, never relayed (RFC 9110
+// §7.6.1), as ReverseProxy drops them.
+var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
+	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+
+// dropHopHeaders deletes the hop-by-hop headers from h, and those its
+// Connection header names.
+func dropHopHeaders(h http.Header) {
+	for _, v := range h["Connection"] {
+		for _, name := range strings.Split(v, ",") {
+			if name = textproto.TrimString(name); name != "" {
+				h.Del(name)
+			}
+		}
+	}
+	for _, name := range hopHeaders {
+		h.Del(name)
+	}
+}
