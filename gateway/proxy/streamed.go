@@ -2,10 +2,9 @@ package proxy
 
 import (
 	"fmt"
-	"io"
 	"net/http"
-	"net/textproto"
-	"strings"
+
+	"github.com/limenhq/limen/gateway/relay"
 )
 
 // A streamed response (a watch, a followed log: a request the session
@@ -45,7 +44,7 @@ func (k *Kube) relayResponse(resp *http.Response) error {
 // the client gone) aborts the handler, as ReverseProxy does.
 func relayStreamed(w http.ResponseWriter, resp *http.Response) {
 	defer resp.Body.Close()
-	dropHopHeaders(resp.Header)
+	relay.DropHopHeaders(resp.Header)
 	h := w.Header()
 	for name, values := range resp.Header {
 		h[name] = append(h[name], values...)
@@ -55,64 +54,7 @@ func relayStreamed(w http.ResponseWriter, resp *http.Response) {
 	if err := rc.Flush(); err != nil {
 		panic(http.ErrAbortHandler)
 	}
-	if err := copyFlushed(w, rc, resp.Body); err != nil {
+	if err := relay.Body(w, resp.Body, smallRead, &copyBufferPool, rc.Flush); err != nil {
 		panic(http.ErrAbortHandler)
-	}
-}
-
-// copyFlushed copies src to w, flushing after every write.
-func copyFlushed(w io.Writer, rc *http.ResponseController, src io.Reader) error {
-	var small [smallRead]byte
-	buf := small[:]
-	var big *[]byte
-	defer func() {
-		if big != nil {
-			copyBufferPool.Put(big)
-		}
-	}()
-	for {
-		n, rerr := src.Read(buf)
-		if n > 0 {
-			if _, err := w.Write(buf[:n]); err != nil {
-				return err
-			}
-			if err := rc.Flush(); err != nil {
-				return err
-			}
-		}
-		if rerr == io.EOF {
-			return nil
-		}
-		if rerr != nil {
-			return rerr
-		}
-		switch {
-		case big == nil && n == len(buf):
-			big = copyBufferPool.Get().(*[]byte)
-			buf = *big
-		case big != nil && n < smallRead:
-			copyBufferPool.Put(big)
-			big, buf = nil, small[:]
-		}
-	}
-}
-
-// hopHeaders are the headers of one connection, never relayed (RFC 9110
-// §7.6.1), as ReverseProxy drops them.
-var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
-	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
-
-// dropHopHeaders deletes the hop-by-hop headers from h, and those its
-// Connection header names.
-func dropHopHeaders(h http.Header) {
-	for _, v := range h["Connection"] {
-		for _, name := range strings.Split(v, ",") {
-			if name = textproto.TrimString(name); name != "" {
-				h.Del(name)
-			}
-		}
-	}
-	for _, name := range hopHeaders {
-		h.Del(name)
 	}
 }

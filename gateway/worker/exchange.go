@@ -18,6 +18,7 @@ import (
 	"github.com/limenhq/limen/gateway/audit"
 	"github.com/limenhq/limen/gateway/grant"
 	"github.com/limenhq/limen/gateway/impersonate"
+	"github.com/limenhq/limen/gateway/relay"
 	"github.com/limenhq/limen/gateway/reqinfo"
 	"github.com/limenhq/limen/gateway/scope"
 	"github.com/limenhq/limen/gateway/sessions"
@@ -225,7 +226,7 @@ func (x *exchange) outbound(ctx context.Context) *http.Request {
 	u.RawQuery = x.req.URL.RawQuery
 	out.URL, out.Host = &u, u.Host
 	upgrade := x.req.Header.Get("Upgrade")
-	for _, name := range hopHeaders {
+	for _, name := range relay.HopHeaders {
 		out.Header.Del(name)
 	}
 	if upgrade != "" {

@@ -10,12 +10,11 @@ import (
 	"sync"
 
 	"github.com/limenhq/limen/gateway/kstatus"
+	"github.com/limenhq/limen/gateway/relay"
 )
 
 // HTTP/1.1 responses written to the tunnel stream: the API server's,
 // relayed as they arrive, and the worker's own refusals.
-
-var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
 
 // writeResponse writes resp as HTTP/1.1 to w, flushing w after every read
 // of the body, so that watches, followed logs and any response the API
@@ -125,48 +124,14 @@ func copyBody(dst io.Writer, src io.Reader) error { return copyBodyFlushed(dst, 
 
 // copyBodyFlushed is copyBody calling flush, if not nil, after each write.
 func copyBodyFlushed(dst io.Writer, src io.Reader, flush func() error) error {
-	small := make([]byte, smallRead)
-	buf := small
-	var big *[]byte
-	defer func() {
-		if big != nil {
-			bodyBuffers.Put(big)
-		}
-	}()
-	for {
-		n, rerr := src.Read(buf)
-		if n > 0 {
-			if _, err := dst.Write(buf[:n]); err != nil {
-				return err
-			}
-			if flush != nil {
-				if err := flush(); err != nil {
-					return err
-				}
-			}
-		}
-		if rerr == io.EOF {
-			return nil
-		}
-		if rerr != nil {
-			return rerr
-		}
-		switch {
-		case big == nil && n == len(buf):
-			big = bodyBuffers.Get().(*[]byte)
-			buf = *big
-		case big != nil && n < smallRead:
-			bodyBuffers.Put(big)
-			big, buf = nil, small
-		}
-	}
+	return relay.Body(dst, src, smallRead, &bodyBuffers, flush)
 }
 
 func writeHead(w io.Writer, resp *http.Response, length int64, upgrade bool) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "HTTP/1.1 %03d %s\r\n", resp.StatusCode, http.StatusText(resp.StatusCode))
 	h := resp.Header.Clone()
-	for _, name := range hopHeaders {
+	for _, name := range relay.HopHeaders {
 		h.Del(name)
 	}
 	h.Del("Content-Length")
