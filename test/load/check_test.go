@@ -14,8 +14,10 @@ type recorder struct {
 	errs []string
 }
 
-func (r *recorder) Errorf(format string, args ...any) { r.errs = append(r.errs, fmt.Sprintf(format, args...)) }
-func (r *recorder) Helper()                           {}
+func (r *recorder) Errorf(format string, args ...any) {
+	r.errs = append(r.errs, fmt.Sprintf(format, args...))
+}
+func (r *recorder) Helper() {}
 
 // cast is an asciicast v3 recording whose output is marker and lines
 // line-1 to line-n, as a terminal shows a non-TTY exec's output.
@@ -71,7 +73,7 @@ func TestCheckAudit(t *testing.T) {
 	reqs := []Request{{Seq: 0, OK: true}, {Seq: 1, OK: true}, {Seq: 2}, {Seq: 3, OK: true}}
 	evs := []audit.Event{
 		ev(audit.TypeKubeSent, 0), ev(audit.TypeKubeRequest, 0),
-		ev(audit.TypeKubeSent, 1), // no outcome: fine
+		ev(audit.TypeKubeSent, 1),                            // no outcome: fine
 		ev(audit.TypeKubeSent, 3), ev(audit.TypeKubeSent, 3), // twice
 		ev(audit.TypeKubeSent, 12), // a request the client never saw end
 	}
