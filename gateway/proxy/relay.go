@@ -20,6 +20,7 @@ import (
 	"github.com/limenhq/limen/gateway/relay"
 	"github.com/limenhq/limen/gateway/reqinfo"
 	"github.com/limenhq/limen/gateway/sessions"
+	"github.com/limenhq/limen/gateway/tunnel"
 )
 
 type relayKey struct{}
@@ -223,7 +224,7 @@ func (t streamTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	// shares the next record's, audit.Store.Append): the store logs a
 	// failure, and the record stays flagged.
 	audit.Append(context.WithoutCancel(req.Context()), t.k.Audit, ev)
-	body := &streamBody{r: br, conn: conn, stop: stop, live: st.live}
+	body := &streamBody{r: br, conn: conn, stop: stop, live: st.live, cluster: st.grant.Cluster}
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		resp.Body = body // the stream is now raw bytes both ways
 		return resp, nil
@@ -325,17 +326,21 @@ func (l *headLimit) lift() { l.lifted = true }
 // streamBody is a response body that owns its tunnel stream. After a 101 it
 // is also the writable side of the upgraded connection.
 type streamBody struct {
-	r    io.Reader
-	conn net.Conn
-	stop func() bool
-	live *sessions.Live
-	once sync.Once
+	r       io.Reader
+	conn    net.Conn
+	stop    func() bool
+	live    *sessions.Live
+	cluster string
+	once    sync.Once
 }
 
 func (b *streamBody) Read(p []byte) (int, error) {
 	n, err := b.r.Read(p)
 	if b.live != nil && n > 0 {
 		b.live.AddBytes(0, int64(n))
+	}
+	if err != nil {
+		b.lost(err)
 	}
 	return n, err
 }
@@ -345,7 +350,20 @@ func (b *streamBody) Write(p []byte) (int, error) {
 	if b.live != nil && n > 0 {
 		b.live.AddBytes(int64(n), 0)
 	}
+	if err != nil {
+		b.lost(err)
+	}
 	return n, err
+}
+
+// lost ends the session as worker_lost when err says the tunnel under the
+// stream died: the worker that relayed it crashed or cannot be reached, so
+// it will not report the end, and the proxy records it (Kube.untrack).
+func (b *streamBody) lost(err error) {
+	if b.live == nil || !errors.Is(err, tunnel.ErrTunnelClosed) {
+		return
+	}
+	b.live.Lose(fmt.Errorf("the Limen worker of cluster %s was lost mid-stream (it stopped, or the network to it failed); run the command again: %w", b.cluster, err))
 }
 
 // CloseWrite half-closes the tunnel stream: the worker reads the end of

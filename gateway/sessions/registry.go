@@ -245,6 +245,10 @@ func (l *Live) End(reason Reason) bool {
 // Fail ends the session with ReasonError and err as its detail.
 func (l *Live) Fail(err error) bool { return l.end(&Ended{Reason: ReasonError, Err: err}) }
 
+// Lose ends the session with ReasonWorkerLost and err, what broke the
+// tunnel, as its detail.
+func (l *Live) Lose(err error) bool { return l.end(&Ended{Reason: ReasonWorkerLost, Err: err}) }
+
 // Ended is why the session ended, or nil while it is live.
 func (l *Live) Ended() *Ended {
 	if l.ctx.Err() == nil {

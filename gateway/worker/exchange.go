@@ -313,7 +313,7 @@ func responseEnd(ctx context.Context, w *errWriter, err error) string {
 	case ctx.Err() != nil:
 		return outsideEnd(ctx, audit.EndClientClosed)
 	case w.err != nil:
-		return audit.EndClientClosed
+		return clientEnd(w.err)
 	}
 	return audit.EndUpstreamReset
 }
@@ -330,7 +330,17 @@ func outsideEnd(ctx context.Context, otherwise string) string {
 	case errors.As(cause, &ended):
 		return string(ended.Reason)
 	case errors.Is(cause, tunnel.ErrTunnelClosed):
-		return audit.EndTunnelClosed
+		return audit.EndProxyLost
+	}
+	return audit.EndClientClosed
+}
+
+// clientEnd is how a stream ended whose write to the proxy failed with
+// err: the proxy lost (its tunnel died under the stream: it crashed, or
+// the network failed) or, on a live tunnel, the client gone.
+func clientEnd(err error) string {
+	if errors.Is(err, tunnel.ErrTunnelClosed) {
+		return audit.EndProxyLost
 	}
 	return audit.EndClientClosed
 }

@@ -124,7 +124,7 @@ func (s *session) endReason(ctx context.Context, res relay.Result) (string, erro
 	}
 	// The server direction ended on a failed write to the client.
 	if res.BToA.WriteFailed {
-		return audit.EndClientClosed, res.BToA.Err
+		return clientEnd(res.BToA.Err), res.BToA.Err
 	}
 	return audit.EndError, errors.Join(res.AToB.Err, res.BToA.Err)
 }
