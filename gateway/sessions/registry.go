@@ -33,6 +33,11 @@ type Config struct {
 	OnEnd func(Info)
 	// Logger receives session ends; nil means slog.Default().
 	Logger *slog.Logger
+	// ClientGone, if set, names why a session ended whose client's
+	// context ended, from that context's cause: on the worker, the tunnel
+	// dying under the stream is the proxy lost (ReasonProxyLost), not the
+	// user hanging up. Unset, or false: ReasonClientClosed.
+	ClientGone func(cause error) (Reason, bool)
 }
 
 // Registry tracks the live sessions of one hop and runs their watchdogs. It
@@ -216,9 +221,19 @@ func (l *Live) watchdog(client context.Context, lockCh <-chan locks.Lock, expiry
 	case <-expiry:
 		l.end(&Ended{Reason: ReasonExpired})
 	case <-client.Done():
-		l.end(&Ended{Reason: ReasonClientClosed})
+		l.end(l.reg.clientGone(context.Cause(client)))
 	case <-l.ctx.Done():
 	}
+}
+
+// clientGone is why a session ends whose client's context ended with cause.
+func (r *Registry) clientGone(cause error) *Ended {
+	if r.cfg.ClientGone != nil {
+		if reason, ok := r.cfg.ClientGone(cause); ok {
+			return &Ended{Reason: reason, Err: cause}
+		}
+	}
+	return &Ended{Reason: ReasonClientClosed}
 }
 
 // Context is cancelled when the session ends; its cause is an *Ended.

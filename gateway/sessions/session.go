@@ -78,8 +78,10 @@ const (
 	// died mid-stream (the worker crashed, or the network failed): the
 	// worker cannot report the end, so the proxy records it.
 	ReasonWorkerLost Reason = "worker_lost"
-	// ReasonProxyLost: the directory's answer for a session of a proxy that
-	// stopped beating (it died with its streams); never audited by a hop.
+	// ReasonProxyLost: the worker lost the proxy that relayed the stream
+	// (the tunnel died under it: the proxy crashed, or the network
+	// failed); also the directory's answer for a session of a proxy that
+	// stopped beating (it died with its streams).
 	ReasonProxyLost Reason = "proxy_lost"
 )
 
@@ -201,7 +203,7 @@ type Ended struct {
 	Reason Reason
 	// Lock is set for ReasonLocked.
 	Lock *locks.Lock
-	// Err is set for ReasonError and ReasonWorkerLost.
+	// Err is set for ReasonError, ReasonWorkerLost and ReasonProxyLost.
 	Err error
 }
 

@@ -280,7 +280,7 @@ func (x *exchange) roundTrip(ctx context.Context, out *http.Request, s *session)
 // respond relays a response that is not an upgrade, after its audit event
 // ev, chunk by chunk as it arrives, and ends the session s, if any, with
 // how the response ended.
-func (x *exchange) respond(ctx context.Context, cancel context.CancelFunc, resp *http.Response, s *session, ev audit.Event) {
+func (x *exchange) respond(ctx context.Context, cancel context.CancelCauseFunc, resp *http.Response, s *session, ev audit.Event) {
 	// The event goes ahead of the response: the proxy stores it before it
 	// relays a byte.
 	if err := audit.WriteEvent(x.stream, ev); err != nil {
@@ -288,10 +288,11 @@ func (x *exchange) respond(ctx context.Context, cancel context.CancelFunc, resp 
 		return
 	}
 	// The request body is consumed: a read now returns only when the proxy
-	// closes the stream, which ends an idle watch at once.
+	// closes the stream, which ends an idle watch at once. Its error is the
+	// cause: the tunnel dying under the stream says the proxy was lost.
 	go func() {
-		_, _ = x.br.ReadByte()
-		cancel()
+		_, err := x.br.ReadByte()
+		cancel(err)
 	}()
 	if s != nil {
 		resp.Body = s.countOut(resp.Body)
@@ -300,6 +301,9 @@ func (x *exchange) respond(ctx context.Context, cancel context.CancelFunc, resp 
 	err := writeResponse(w, x.req.Method, resp)
 	if err != nil && ctx.Err() == nil {
 		x.h.Logger.Debug("relay response", "err", err)
+	}
+	if cause := context.Cause(ctx); ctx.Err() != nil && errors.Is(cause, tunnel.ErrTunnelClosed) {
+		err = cause // what ended it, not the cancellation it caused
 	}
 	s.finish(ctx, responseEnd(ctx, w, err), err)
 }
@@ -356,4 +360,14 @@ func clipUserAgent(ua string) string {
 		cut--
 	}
 	return ua[:cut]
+}
+
+// proxyLost names the end of a session whose stream's context ended with
+// cause (sessions.Config.ClientGone): the tunnel closing under it means the
+// proxy was lost, which the session.end says (audit.EndProxyLost).
+func proxyLost(cause error) (sessions.Reason, bool) {
+	if errors.Is(cause, tunnel.ErrTunnelClosed) {
+		return sessions.ReasonProxyLost, true
+	}
+	return "", false
 }

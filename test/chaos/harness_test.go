@@ -337,11 +337,7 @@ func (sn *seen) lines(r *run) []string {
 		if e == nil {
 			return what + ": did not end"
 		}
-		msg := e.Err
-		if i := strings.LastIndex(msg, "\n"); i >= 0 {
-			msg = msg[:i] + " / " + msg[i+1:]
-		}
-		return fmt.Sprintf("%s ended %s after the kill: %q", what, at.Round(time.Millisecond), clip(msg, 240))
+		return fmt.Sprintf("%s ended %s after the kill: %s", what, at.Round(time.Millisecond), said(*e))
 	}
 	var back []string
 	for _, k := range []string{"requests", "exec", "watch", "port-forward"} {
@@ -371,4 +367,21 @@ func clip(s string, n int) string {
 		return s
 	}
 	return s[:n] + "…"
+}
+
+// said is what a client said at a stream's end: kubectl's exit status and
+// the last line it printed (klog's prefix cut), or the client-go error.
+func said(e load.StreamEnd) string {
+	lines := strings.Split(strings.TrimSpace(e.Err), "\n")
+	last := strings.TrimSpace(lines[len(lines)-1])
+	if _, rest, ok := strings.Cut(last, "] "); ok && strings.HasPrefix(last, "E") {
+		last = rest // E1202 17:30:11.024447   32688 v2.go:167] ...
+	}
+	if e.ExitCode != 0 && len(lines) > 1 {
+		last = fmt.Sprintf("exit %d, %s", e.ExitCode, last)
+	}
+	if last == "" || last == "<nil>" {
+		last = "(no error: the stream just ended)"
+	}
+	return fmt.Sprintf("%q", clip(last, 200))
 }
