@@ -20,6 +20,8 @@ import (
 	"github.com/limenhq/limen/gateway/relay"
 	"github.com/limenhq/limen/gateway/reqinfo"
 	"github.com/limenhq/limen/gateway/sessions"
+	"github.com/limenhq/limen/gateway/stream"
+	"github.com/limenhq/limen/gateway/stream/decode"
 	"github.com/limenhq/limen/gateway/tunnel"
 )
 
@@ -162,8 +164,56 @@ func (k *Kube) relayUpgrade(resp *http.Response) error {
 		_ = body.Close()
 		return errUpgraded // the client is gone; nothing can be answered
 	}
-	relay.Run(resp.Request.Context(), relay.NetConn(conn, brw.Reader), body, relay.Copy, relay.Copy)
+	body.upgraded = true
+	relay.Run(resp.Request.Context(), relay.NetConn(conn, brw.Reader), body, relay.Copy, body.toClient(resp.Header))
 	return errUpgraded
+}
+
+// toClient is the flow of an upgraded stream's bytes from the worker to the
+// client. For an exec or attach it follows the frames (decode, the
+// worker's decoders, fed a copy of the bytes, never changing them), so
+// that when the tunnel dies under the stream between two frames the client
+// gets a failure status that says the worker was lost, where kubectl would
+// otherwise print only a broken connection; then the session ends as
+// worker_lost. A stream it cannot follow (port-forward, a protocol it
+// cannot decode, a decoder that refuses the bytes) is copied as it is, and
+// its client learns of the loss from the connection alone.
+func (b *streamBody) toClient(hdr http.Header) relay.Flow {
+	pair, err := decode.ForResponse(hdr, stream.NopHandler{})
+	if err != nil || strings.Contains(pair.Protocol, "portforward") {
+		pair = nil
+	}
+	return func(dst io.Writer, src io.Reader) error {
+		buf := make([]byte, 64<<10)
+		for {
+			n, rerr := src.Read(buf)
+			if n > 0 {
+				if pair != nil {
+					if _, err := pair.Server.Write(buf[:n]); err != nil {
+						pair = nil // follow no further; relay on
+					}
+				}
+				if _, err := dst.Write(buf[:n]); err != nil {
+					return err
+				}
+			}
+			if rerr == nil {
+				continue
+			}
+			if lost := b.lostErr(rerr); lost != nil {
+				if pair != nil && pair.Server.Pending() == 0 {
+					if f := pair.Failure("Limen: " + lost.Error()); f != nil {
+						_, _ = dst.Write(f)
+					}
+				}
+				b.live.Lose(lost)
+			}
+			if rerr == io.EOF {
+				return nil
+			}
+			return rerr
+		}
+	}
 }
 
 // streamTransport sends one request over its tunnel stream and relays the
@@ -331,7 +381,10 @@ type streamBody struct {
 	stop    func() bool
 	live    *sessions.Live
 	cluster string
-	once    sync.Once
+	// upgraded: the relay's flow (toClient) ends the session when the
+	// worker is lost, once it has told the client.
+	upgraded bool
+	once     sync.Once
 }
 
 func (b *streamBody) Read(p []byte) (int, error) {
@@ -339,7 +392,7 @@ func (b *streamBody) Read(p []byte) (int, error) {
 	if b.live != nil && n > 0 {
 		b.live.AddBytes(0, int64(n))
 	}
-	if err != nil {
+	if err != nil && !b.upgraded {
 		b.lost(err)
 	}
 	return n, err
@@ -350,7 +403,7 @@ func (b *streamBody) Write(p []byte) (int, error) {
 	if b.live != nil && n > 0 {
 		b.live.AddBytes(int64(n), 0)
 	}
-	if err != nil {
+	if err != nil && !b.upgraded {
 		b.lost(err)
 	}
 	return n, err
@@ -360,10 +413,18 @@ func (b *streamBody) Write(p []byte) (int, error) {
 // stream died: the worker that relayed it crashed or cannot be reached, so
 // it will not report the end, and the proxy records it (Kube.untrack).
 func (b *streamBody) lost(err error) {
-	if b.live == nil || !errors.Is(err, tunnel.ErrTunnelClosed) {
-		return
+	if lost := b.lostErr(err); lost != nil {
+		b.live.Lose(lost)
 	}
-	b.live.Lose(fmt.Errorf("the Limen worker of cluster %s was lost mid-stream (it stopped, or the network to it failed); run the command again: %w", b.cluster, err))
+}
+
+// lostErr is the end of a tracked session whose tunnel died with err, in
+// words for its user; nil when err is not that.
+func (b *streamBody) lostErr(err error) error {
+	if b.live == nil || !errors.Is(err, tunnel.ErrTunnelClosed) {
+		return nil
+	}
+	return fmt.Errorf("the worker of cluster %s was lost mid-stream (it stopped, or the network to it failed); run the command again: %w", b.cluster, err)
 }
 
 // CloseWrite half-closes the tunnel stream: the worker reads the end of

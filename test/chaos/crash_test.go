@@ -22,6 +22,7 @@ func TestCrashWorker(t *testing.T) {
 		kill:       func(t *testing.T, e *gatewaytest.Env) { e.KillWorker() },
 		restart:    restartWorker,
 		want:       map[string]end{"exec": lost, "watch": lost, "portforward": lost},
+		execSays:   "Limen: the worker of cluster demo was lost mid-stream",
 		streamsEnd: true,
 	})
 }

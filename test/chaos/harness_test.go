@@ -26,6 +26,8 @@ type crash struct {
 	// want is the end reason (audit.End…) and hop of each kind of stream
 	// (the session's login) that was open at the kill.
 	want map[string]end
+	// execSays is what the exec's client must be told, if anything.
+	execSays string
 	// streamsEnd: the kill ends the streams (a dead worker or proxy). An
 	// API server that dies ends them too; a scenario that keeps them says
 	// false.
@@ -124,6 +126,9 @@ func crashUnderLoad(t *testing.T, sc crash) {
 	sc.kill(t, r.e)
 	if sc.streamsEnd {
 		sn.waitEnds(t, r, before)
+		if sn.exec != nil && sc.execSays != "" && !strings.Contains(sn.exec.Err, sc.execSays) {
+			t.Errorf("the exec's client was told %q at the kill: want it told %q", sn.exec.Err, sc.execSays)
+		}
 	}
 	sc.restart(t, r.e)
 	r.revived = time.Now()
