@@ -21,13 +21,12 @@ const podToldWithin = 5 * time.Second
 // TestPodDeleted deletes a pod under an open exec and an open
 // port-forward, through Limen, and measures how soon each client is told.
 // The exec must end within podToldWithin with an error, and its stream
-// have one session.end; until it does (see the end), the test reports the
-// gap as a skip, never as a pass.
+// have one session.end.
 //
-// The port-forward is measured, not judged: the test kubelet forwards a
-// pod's port to a local listener that outlives the pod (a real kubelet's
-// connection dies with the pod's network namespace), and neither Limen nor
-// the API server ends a port-forward because its pod went away.
+// The port-forward must be told within podToldWithin too: the test
+// kubelet breaks the connections into a pod when it is deleted, as a real
+// kubelet's go with the pod's network namespace, and Limen passes the end
+// on.
 func TestPodDeleted(t *testing.T) {
 	full(t)
 	_, kc := gateway(t)
@@ -75,6 +74,12 @@ func TestPodDeleted(t *testing.T) {
 	}
 	var gap string
 	switch {
+	case pfEnd == nil:
+		gap = fmt.Sprintf("the port-forward into the deleted pod still moves data %s after the delete", podToldWithin+5*time.Second)
+	case pfEnd.At.Sub(deleted) > podToldWithin:
+		gap = fmt.Sprintf("the port-forward's client was told %s after the pod's delete: want within %s", pfEnd.At.Sub(deleted).Round(time.Millisecond), podToldWithin)
+	}
+	switch {
 	case execEnd == nil:
 		gap = fmt.Sprintf("the exec into the deleted pod still runs %s after the delete", podToldWithin+5*time.Second)
 	case execEnd.At.Sub(deleted) > podToldWithin:
@@ -96,11 +101,6 @@ func TestPodDeleted(t *testing.T) {
 	load.Figures(t, "a pod deleted under an exec and a port-forward",
 		told("exec", execEnd), told("port-forward", pfEnd), fmt.Sprintf("session.end: %v", reasons))
 	if gap != "" {
-		// Not a pass: the test kubelet keeps an exec's process and a
-		// port-forward's connection when their pod is deleted (a real
-		// kubelet kills the one and loses the other with the pod), and
-		// Limen does not watch the pods of its streams. Reported as a gap
-		// of issue #32 until one of them ends such streams.
-		t.Skipf("KNOWN GAP (issue #32): %s; %s", gap, told("port-forward", pfEnd))
+		t.Error(gap)
 	}
 }
