@@ -165,9 +165,13 @@ func (k *Kube) relayUpgrade(resp *http.Response) error {
 		return errUpgraded // the client is gone; nothing can be answered
 	}
 	body.upgraded = true
-	relay.Run(resp.Request.Context(), relay.NetConn(conn, brw.Reader), body, relay.Copy, body.toClient(resp.Header))
+	relay.Run(resp.Request.Context(), relay.NetConn(conn, brw.Reader), body, relay.Copy, body.toClient(resp.Header, conn))
 	return errUpgraded
 }
+
+// tellLostTimeout bounds the write of the status that tells a client its
+// worker was lost: a client that reads nothing must not delay the end.
+const tellLostTimeout = 500 * time.Millisecond
 
 // toClient is the flow of an upgraded stream's bytes from the worker to the
 // client. For an exec or attach it follows the frames (decode, the
@@ -178,7 +182,7 @@ func (k *Kube) relayUpgrade(resp *http.Response) error {
 // worker_lost. A stream it cannot follow (port-forward, a protocol it
 // cannot decode, a decoder that refuses the bytes) is copied as it is, and
 // its client learns of the loss from the connection alone.
-func (b *streamBody) toClient(hdr http.Header) relay.Flow {
+func (b *streamBody) toClient(hdr http.Header, client net.Conn) relay.Flow {
 	pair, err := decode.ForResponse(hdr, stream.NopHandler{})
 	if err != nil || strings.Contains(pair.Protocol, "portforward") {
 		pair = nil
@@ -201,12 +205,14 @@ func (b *streamBody) toClient(hdr http.Header) relay.Flow {
 				continue
 			}
 			if lost := b.lostErr(rerr); lost != nil {
-				if pair != nil && pair.Server.Pending() == 0 {
-					if f := pair.Failure("Limen: " + lost.Error()); f != nil {
-						_, _ = dst.Write(f)
+				b.live.LoseAfter(lost, func() {
+					if pair != nil && pair.Server.Pending() == 0 {
+						if f := pair.Failure("Limen: " + lost.Error()); f != nil {
+							_ = client.SetWriteDeadline(time.Now().Add(tellLostTimeout))
+							_, _ = dst.Write(f)
+						}
 					}
-				}
-				b.live.Lose(lost)
+				})
 			}
 			if rerr == io.EOF {
 				return nil

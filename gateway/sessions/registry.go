@@ -264,6 +264,16 @@ func (l *Live) Fail(err error) bool { return l.end(&Ended{Reason: ReasonError, E
 // tunnel, as its detail.
 func (l *Live) Lose(err error) bool { return l.end(&Ended{Reason: ReasonWorkerLost, Err: err}) }
 
+// LoseAfter is Lose, with tell run first, before the session's context
+// ends: tell gives the client its last word (why the stream ends) while
+// nothing closes its connection yet, and no other end (the client hanging
+// up once it read it) can take the session's place. Every other end waits
+// for tell, so it must be bounded (a write deadline). tell does not run
+// when the session had already ended.
+func (l *Live) LoseAfter(err error, tell func()) bool {
+	return l.endAfter(&Ended{Reason: ReasonWorkerLost, Err: err}, tell)
+}
+
 // Ended is why the session ended, or nil while it is live.
 func (l *Live) Ended() *Ended {
 	if l.ctx.Err() == nil {
@@ -295,10 +305,15 @@ func (l *Live) Info() Info {
 	return i
 }
 
-func (l *Live) end(e *Ended) bool {
+func (l *Live) end(e *Ended) bool { return l.endAfter(e, nil) }
+
+func (l *Live) endAfter(e *Ended, before func()) bool {
 	first := false
 	l.once.Do(func() {
 		first = true
+		if before != nil {
+			before()
+		}
 		l.endedAt = time.Now()
 		l.cancel(e)
 	})

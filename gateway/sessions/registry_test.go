@@ -250,6 +250,35 @@ func TestClientGoneNamesTheCause(t *testing.T) {
 	}
 }
 
+// TestLoseAfterTellsFirst: LoseAfter's tell runs while the session is
+// still live, and the client hanging up during it (having read its last
+// word) does not take the session's end: it stays worker_lost.
+func TestLoseAfterTellsFirst(t *testing.T) {
+	r, _ := newReg(t, nil)
+	ctx, hangUp := context.WithCancel(context.Background())
+	l, err := r.Register(ctx, sess("lost", "alice"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost := errors.New("tunnel: closed")
+	var liveDuringTell bool
+	l.LoseAfter(lost, func() {
+		liveDuringTell = l.Context().Err() == nil
+		hangUp()
+		time.Sleep(50 * time.Millisecond) // the watchdog sees the client gone
+	})
+	waitDone(t, l)
+	if !liveDuringTell {
+		t.Error("the session had ended before tell ran: its client's connection may be closed under the last word")
+	}
+	if e := l.Ended(); e.Reason != ReasonWorkerLost || e.Detail() != lost.Error() {
+		t.Errorf("ended %q (%q), want worker_lost (%q)", e.Reason, e.Detail(), lost)
+	}
+	if l.LoseAfter(lost, func() { t.Error("tell ran for a session already ended") }) {
+		t.Error("LoseAfter ended a session twice")
+	}
+}
+
 func TestEndFailListAndRing(t *testing.T) {
 	r, _ := newReg(t, nil) // Recent: 4
 	var lives []*Live
