@@ -8,7 +8,7 @@ LDFLAGS := -X github.com/limenhq/limen/gateway/buildinfo.Version=$(VERSION) \
            -X github.com/limenhq/limen/gateway/buildinfo.Commit=$(COMMIT)
 TEST_TIMEOUT ?= 25m
 
-.PHONY: demo help build test unit e2e e2e-constrained compat lint cluster-build cluster-up cluster-down cluster-env opa-test bundle bench bench-quick scale stress helm image console-player console-player-check
+.PHONY: demo help build test unit e2e e2e-constrained compat lint cluster-build cluster-up cluster-down cluster-env opa-test bundle bench bench-quick scale stress chaos helm image console-player console-player-check
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -97,6 +97,20 @@ stress: cluster-build ## exec, cp, port-forward both ways on every transport via
 	LIMEN_STRESS_RUNS=$(STRESS_RUNS) LIMEN_STRESS_MIB=$(STRESS_MIB) LIMEN_STRESS_CONCURRENCY=$(STRESS_CONCURRENCY) \
 	  LIMEN_STRESS_REPORT=$(abspath $(STRESS_REPORT)) \
 	  $(GO) test -count=1 -v -timeout 4h -run '^TestStress$$' ./test/stress
+
+# make chaos: the failure scenarios under load (issue #32): kill -9 of the worker, the
+# proxy and the API server (test/chaos), the disk, bundle-server, token and clock faults
+# (test/faults), each with its figures appended to CHAOS_REPORT, emptied first. make test
+# runs one slice of each (the worker kill, the bundle server's 500s).
+CHAOS_REPORT ?= $(BIN)/chaos-report.md
+CHAOS_PKGS   := ./test/chaos $(if $(wildcard test/faults),./test/faults)
+
+chaos: cluster-build ## every crash and fault scenario under load, invariants checked (< 20 min); figures in CHAOS_REPORT (bin/chaos-report.md)
+	@mkdir -p $(BIN)
+	@rm -f $(CHAOS_REPORT)
+	LIMEN_CHAOS=1 CHAOS_REPORT=$(abspath $(CHAOS_REPORT)) \
+	  $(GO) test -count=1 -v -p 1 -timeout 20m $(CHAOS_PKGS)
+	@echo "chaos figures: $(CHAOS_REPORT)"
 
 OPA ?= $(GO) tool opa
 # The bundle signing key. The committed default is a TEST key (see bundles/README.md);

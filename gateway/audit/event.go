@@ -239,7 +239,15 @@ const (
 	EndShutdown     = "shutdown"
 	// EndTunnelClosed: the tunnel between proxy and worker went away.
 	EndTunnelClosed = "tunnel_closed"
-	EndError        = "error"
+	// EndWorkerLost: the proxy lost the worker mid-stream (its tunnel
+	// died: the worker crashed or the network between them failed), so
+	// the proxy, not the worker, recorded the end.
+	EndWorkerLost = "worker_lost"
+	// EndProxyLost: the worker lost the proxy that relayed the stream
+	// mid-stream (the tunnel died without the proxy shutting down: it
+	// crashed or the network failed).
+	EndProxyLost = "proxy_lost"
+	EndError     = "error"
 	// EndNotStarted: the API server answered without opening the stream
 	// (the request's kube.request has its status); nothing ran.
 	EndNotStarted = "not_started"
@@ -249,6 +257,7 @@ var endReasons = map[string]bool{
 	EndCompleted: true, EndTruncated: true, EndUpstreamReset: true, EndClientClosed: true,
 	EndDecodeFailed: true, EndRecordFailed: true, EndRecordingCap: true, EndLocked: true, EndKilled: true,
 	EndExpired: true, EndShutdown: true, EndTunnelClosed: true, EndError: true, EndNotStarted: true,
+	EndWorkerLost: true, EndProxyLost: true,
 }
 
 // Sink accepts events. Emit returns nil only once e is durably recorded; an

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/limenhq/limen/gateway/audit"
 	"github.com/limenhq/limen/gateway/grant"
@@ -30,9 +31,12 @@ var ErrForeignEvent = errors.New("event refused")
 // proxy's record of whose session it was once the session registry has
 // forgotten it (it keeps only the latest ended sessions, and nothing
 // across a restart, while a worker retries a session.end until stored).
-// The audit store is one.
+// It finds the session.end too, so that a session has only one: the
+// proxy's, when it lost the worker (recordLostEnd), or the worker's. The
+// audit store is one.
 type StartFinder interface {
 	SessionStart(ctx context.Context, id string) (audit.Event, bool, error)
+	SessionEnd(ctx context.Context, id string) (audit.Event, bool, error)
 }
 
 func refuse(format string, a ...any) error {
@@ -113,6 +117,22 @@ func (k *Kube) SessionEvent(ctx context.Context, cluster string, ev audit.Event)
 		return refuse("%s of session %s names %s, the proxy relayed it for %s", ev.Type, ev.SessionID, ev.Principal, owner)
 	}
 	ev.ID, ev.Principal = 0, owner
+	if ev.Type == audit.TypeSessionEnd && k.Starts != nil {
+		// A session has one end. The worker's comes after the proxy's when
+		// the proxy lost the tunnel while the worker lived on (a network
+		// failure) and the worker delivers its end once it is back; or
+		// twice when an acknowledgement was lost. It is acknowledged, not
+		// stored again.
+		prev, ok, err := k.Starts.SessionEnd(ctx, ev.SessionID)
+		if err != nil {
+			return fmt.Errorf("look up the end of session %s: %w", ev.SessionID, err)
+		}
+		if ok {
+			k.Logger.Info("session.end from the worker not stored: the session has one already", "session", ev.SessionID,
+				"stored_reason", prev.Session.EndReason, "stored_hop", prev.Session.EndHop, "worker_reason", ev.Session.EndReason)
+			return nil
+		}
+	}
 	if info != nil && ev.Type == audit.TypeSessionEnd && ev.Session != nil {
 		end := *ev.Session
 		info.CompleteEnd(&end)
@@ -194,3 +214,51 @@ func recordedOn(id, cluster, relayedTo, kind string) error {
 	}
 	return nil
 }
+
+// lostEndTimeout bounds the proxy's own session.end of a stream whose
+// worker it lost.
+const lostEndTimeout = 10 * time.Second
+
+// recordLostEnd stores the session.end of a stream whose worker was lost
+// mid-stream (sessions.ReasonWorkerLost): the worker, the hop that reports
+// each end, crashed or cannot be reached, so the proxy reports it, as
+// worker_lost, from the session.start the worker stored and what the proxy
+// itself saw (duration, bytes). A stream with no session.start never ran
+// upstream and has no end. The worker, if it lived on, delivers its own end
+// later, and SessionEvent keeps the first.
+func (k *Kube) recordLostEnd(ctx context.Context, info sessions.Info) {
+	if k.Starts == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lostEndTimeout)
+	defer cancel()
+	log := k.Logger.With("session", info.ID, "cluster", info.Cluster)
+	start, ok, err := k.Starts.SessionStart(ctx, info.ID)
+	if err != nil {
+		log.ErrorContext(ctx, "worker lost: session.end not stored: its session.start cannot be read", "err", err)
+		return
+	}
+	if !ok || start.Session == nil {
+		return
+	}
+	if _, ok, err := k.Starts.SessionEnd(ctx, info.ID); err != nil || ok {
+		return // the worker's end came first, or the store cannot say: its end stands
+	}
+	body := *start.Session
+	body.EndReason, body.EndHop, body.EndDetail = audit.EndWorkerLost, audit.HopProxy, info.Detail
+	if len(body.EndDetail) > maxEndDetail {
+		body.EndDetail = body.EndDetail[:maxEndDetail] + "…"
+	}
+	body.Duration = info.End.Sub(info.Start)
+	body.BytesIn, body.BytesOut = info.BytesIn, info.BytesOut
+	ev := start
+	ev.ID, ev.Type, ev.Time, ev.Session = 0, audit.TypeSessionEnd, k.Now(), &body
+	if err := k.Audit.Emit(ctx, ev); err != nil {
+		log.ErrorContext(ctx, "worker lost: session.end not stored", "err", err)
+		return
+	}
+	log.WarnContext(ctx, "worker lost mid-stream: the proxy recorded the session's end", "login", body.Login)
+}
+
+// maxEndDetail bounds the end_detail of a session.end the proxy records.
+const maxEndDetail = 512

@@ -347,6 +347,10 @@ func (k *Kube) untrack(r *http.Request, live *sessions.Live) {
 	if live == nil {
 		return
 	}
+	if e := live.Ended(); e != nil && e.Reason == sessions.ReasonWorkerLost {
+		k.recordLostEnd(r.Context(), live.Info())
+		return
+	}
 	if r.Context().Err() != nil {
 		live.End(sessions.ReasonClientClosed)
 		return

@@ -458,6 +458,18 @@ func TestSessionEvent(t *testing.T) {
 	if evs := f.events(t, audit.TypeSessionEnd); len(evs) != 1 || evs[0].Principal.Name != "alice" {
 		t.Fatalf("stored %+v, want alice's one session.end", evs)
 	}
+
+	// A session has one end: a second (the worker's, after the proxy
+	// recorded the end of a stream whose worker it lost; or one delivered
+	// again) is acknowledged and not stored.
+	again := end
+	again.Session = &audit.Session{Kind: sessions.AuditKind, Login: "exec", EndReason: audit.EndTunnelClosed, EndHop: audit.HopWorker}
+	if err := f.kube.SessionEvent(ctx, "demo", again); err != nil {
+		t.Fatalf("a second end of the session: %v, want it acknowledged", err)
+	}
+	if evs := f.events(t, audit.TypeSessionEnd); len(evs) != 1 || evs[0].Session.EndReason != "" {
+		t.Fatalf("stored %+v, want the one first session.end", evs)
+	}
 }
 
 // TestFullAuditRefusesRequests: with the audit database at its size limit,

@@ -20,6 +20,8 @@ import (
 	"github.com/limenhq/limen/gateway/relay"
 	"github.com/limenhq/limen/gateway/reqinfo"
 	"github.com/limenhq/limen/gateway/sessions"
+	"github.com/limenhq/limen/gateway/stream"
+	"github.com/limenhq/limen/gateway/stream/decode"
 	"github.com/limenhq/limen/gateway/tunnel"
 )
 
@@ -162,9 +164,63 @@ func (k *Kube) relayUpgrade(resp *http.Response) error {
 		_ = body.Close()
 		return errUpgraded // the client is gone; nothing can be answered
 	}
+	body.upgraded = true
 	client := gatheredConn{Conn: relay.NetConn(conn, brw.Reader), w: tunnel.GatherWrites(conn)}
-	relay.Run(resp.Request.Context(), client, body, relay.Copy, relay.Copy)
+	relay.Run(resp.Request.Context(), client, body, relay.Copy, body.toClient(resp.Header, conn))
 	return errUpgraded
+}
+
+// tellLostTimeout bounds the write of the status that tells a client its
+// worker was lost: a client that reads nothing must not delay the end.
+const tellLostTimeout = 500 * time.Millisecond
+
+// toClient is the flow of an upgraded stream's bytes from the worker to the
+// client. For an exec or attach it follows the frames (decode, the
+// worker's decoders, fed a copy of the bytes, never changing them), so
+// that when the tunnel dies under the stream between two frames the client
+// gets a failure status that says the worker was lost, where kubectl would
+// otherwise print only a broken connection; then the session ends as
+// worker_lost. A stream it cannot follow (port-forward, a protocol it
+// cannot decode, a decoder that refuses the bytes) is copied as it is, and
+// its client learns of the loss from the connection alone.
+func (b *streamBody) toClient(hdr http.Header, client net.Conn) relay.Flow {
+	pair, err := decode.ForResponse(hdr, stream.NopHandler{})
+	if err != nil || strings.Contains(pair.Protocol, "portforward") {
+		pair = nil
+	}
+	return func(dst io.Writer, src io.Reader) error {
+		buf := make([]byte, 64<<10)
+		for {
+			n, rerr := src.Read(buf)
+			if n > 0 {
+				if pair != nil {
+					if _, err := pair.Server.Write(buf[:n]); err != nil {
+						pair = nil // follow no further; relay on
+					}
+				}
+				if _, err := dst.Write(buf[:n]); err != nil {
+					return err
+				}
+			}
+			if rerr == nil {
+				continue
+			}
+			if lost := b.lostErr(rerr); lost != nil {
+				b.live.LoseAfter(lost, func() {
+					if pair != nil && pair.Server.Pending() == 0 {
+						if f := pair.Failure("Limen: " + lost.Error()); f != nil {
+							_ = client.SetWriteDeadline(time.Now().Add(tellLostTimeout))
+							_, _ = dst.Write(f)
+						}
+					}
+				})
+			}
+			if rerr == io.EOF {
+				return nil
+			}
+			return rerr
+		}
+	}
 }
 
 // gatheredConn is the client's side of an upgraded stream: each chunk
@@ -235,7 +291,7 @@ func (t streamTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	// shares the next record's, audit.Store.Append): the store logs a
 	// failure, and the record stays flagged.
 	audit.Append(context.WithoutCancel(req.Context()), t.k.Audit, ev)
-	body := &streamBody{r: br, conn: conn, stop: stop, live: st.live}
+	body := &streamBody{r: br, conn: conn, stop: stop, live: st.live, cluster: st.grant.Cluster}
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		resp.Body = body // the stream is now raw bytes both ways
 		return resp, nil
@@ -342,17 +398,24 @@ func (l *headLimit) lift() { l.lifted = true }
 // streamBody is a response body that owns its tunnel stream. After a 101 it
 // is also the writable side of the upgraded connection.
 type streamBody struct {
-	r    io.Reader
-	conn net.Conn
-	stop func() bool
-	live *sessions.Live
-	once sync.Once
+	r       io.Reader
+	conn    net.Conn
+	stop    func() bool
+	live    *sessions.Live
+	cluster string
+	// upgraded: the relay's flow (toClient) ends the session when the
+	// worker is lost, once it has told the client.
+	upgraded bool
+	once     sync.Once
 }
 
 func (b *streamBody) Read(p []byte) (int, error) {
 	n, err := b.r.Read(p)
 	if b.live != nil && n > 0 {
 		b.live.AddBytes(0, int64(n))
+	}
+	if err != nil && !b.upgraded {
+		b.lost(err)
 	}
 	return n, err
 }
@@ -362,7 +425,28 @@ func (b *streamBody) Write(p []byte) (int, error) {
 	if b.live != nil && n > 0 {
 		b.live.AddBytes(int64(n), 0)
 	}
+	if err != nil && !b.upgraded {
+		b.lost(err)
+	}
 	return n, err
+}
+
+// lost ends the session as worker_lost when err says the tunnel under the
+// stream died: the worker that relayed it crashed or cannot be reached, so
+// it will not report the end, and the proxy records it (Kube.untrack).
+func (b *streamBody) lost(err error) {
+	if lost := b.lostErr(err); lost != nil {
+		b.live.Lose(lost)
+	}
+}
+
+// lostErr is the end of a tracked session whose tunnel died with err, in
+// words for its user; nil when err is not that.
+func (b *streamBody) lostErr(err error) error {
+	if b.live == nil || !errors.Is(err, tunnel.ErrTunnelClosed) {
+		return nil
+	}
+	return fmt.Errorf("the worker of cluster %s was lost mid-stream (it stopped, or the network to it failed); run the command again: %w", b.cluster, err)
 }
 
 // CloseWrite half-closes the tunnel stream: the worker reads the end of

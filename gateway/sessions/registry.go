@@ -33,6 +33,11 @@ type Config struct {
 	OnEnd func(Info)
 	// Logger receives session ends; nil means slog.Default().
 	Logger *slog.Logger
+	// ClientGone, if set, names why a session ended whose client's
+	// context ended, from that context's cause: on the worker, the tunnel
+	// dying under the stream is the proxy lost (ReasonProxyLost), not the
+	// user hanging up. Unset, or false: ReasonClientClosed.
+	ClientGone func(cause error) (Reason, bool)
 }
 
 // Registry tracks the live sessions of one hop and arms their watchdogs
@@ -194,7 +199,7 @@ func (r *Registry) Register(ctx context.Context, s Session) (*Live, error) {
 		go l.end(&Ended{Reason: ReasonLocked, Lock: lk})
 	}
 
-	stopClient := context.AfterFunc(ctx, func() { l.end(&Ended{Reason: ReasonClientClosed}) })
+	stopClient := context.AfterFunc(ctx, func() { l.end(r.clientGone(context.Cause(ctx))) })
 	stopExpiry := func() bool { return false }
 	if !s.Expires.IsZero() {
 		// A timer at the exact expiry: nothing polls.
@@ -217,6 +222,16 @@ func (r *Registry) admit(id string) error {
 		return fmt.Errorf("register session %s: %w", id, ErrDuplicate)
 	}
 	return nil
+}
+
+// clientGone is why a session ends whose client's context ended with cause.
+func (r *Registry) clientGone(cause error) *Ended {
+	if r.cfg.ClientGone != nil {
+		if reason, ok := r.cfg.ClientGone(cause); ok {
+			return &Ended{Reason: reason, Err: cause}
+		}
+	}
+	return &Ended{Reason: ReasonClientClosed}
 }
 
 // Context is cancelled when the session ends; its cause is an *Ended.
@@ -242,6 +257,20 @@ func (l *Live) End(reason Reason) bool {
 
 // Fail ends the session with ReasonError and err as its detail.
 func (l *Live) Fail(err error) bool { return l.end(&Ended{Reason: ReasonError, Err: err}) }
+
+// Lose ends the session with ReasonWorkerLost and err, what broke the
+// tunnel, as its detail.
+func (l *Live) Lose(err error) bool { return l.end(&Ended{Reason: ReasonWorkerLost, Err: err}) }
+
+// LoseAfter is Lose, with tell run first, before the session's context
+// ends: tell gives the client its last word (why the stream ends) while
+// nothing closes its connection yet, and no other end (the client hanging
+// up once it read it) can take the session's place. Every other end waits
+// for tell, so it must be bounded (a write deadline). tell does not run
+// when the session had already ended.
+func (l *Live) LoseAfter(err error, tell func()) bool {
+	return l.endAfter(&Ended{Reason: ReasonWorkerLost, Err: err}, tell)
+}
 
 // Ended is why the session ended, or nil while it is live.
 func (l *Live) Ended() *Ended {
@@ -274,10 +303,15 @@ func (l *Live) Info() Info {
 	return i
 }
 
-func (l *Live) end(e *Ended) bool {
+func (l *Live) end(e *Ended) bool { return l.endAfter(e, nil) }
+
+func (l *Live) endAfter(e *Ended, before func()) bool {
 	first := false
 	l.once.Do(func() {
 		first = true
+		if before != nil {
+			before()
+		}
 		l.endedAt = time.Now()
 		l.cancel(e)
 	})

@@ -222,6 +222,63 @@ func TestClientGoneEndsSession(t *testing.T) {
 	}
 }
 
+// TestClientGoneNamesTheCause: with Config.ClientGone, a client context
+// ended by a cause it names (the worker: the tunnel died, the proxy is
+// lost) ends the session with that reason and the cause as its detail;
+// any other cause is still client_closed.
+func TestClientGoneNamesTheCause(t *testing.T) {
+	lost := errors.New("tunnel: closed: session ended")
+	r := New(Config{Logger: slog.New(slog.DiscardHandler), ClientGone: func(cause error) (Reason, bool) {
+		return ReasonProxyLost, errors.Is(cause, lost)
+	}})
+	t.Cleanup(r.Close)
+	for _, tc := range []struct {
+		cause  error
+		reason Reason
+		detail string
+	}{{lost, ReasonProxyLost, lost.Error()}, {nil, ReasonClientClosed, ""}} {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		l, err := r.Register(ctx, sess(fmt.Sprint("g-", tc.reason), "alice"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cancel(tc.cause)
+		waitDone(t, l)
+		if e := l.Ended(); e.Reason != tc.reason || e.Detail() != tc.detail {
+			t.Errorf("cause %v: ended %q (%q), want %q (%q)", tc.cause, e.Reason, e.Detail(), tc.reason, tc.detail)
+		}
+	}
+}
+
+// TestLoseAfterTellsFirst: LoseAfter's tell runs while the session is
+// still live, and the client hanging up during it (having read its last
+// word) does not take the session's end: it stays worker_lost.
+func TestLoseAfterTellsFirst(t *testing.T) {
+	r, _ := newReg(t, nil)
+	ctx, hangUp := context.WithCancel(context.Background())
+	l, err := r.Register(ctx, sess("lost", "alice"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost := errors.New("tunnel: closed")
+	var liveDuringTell bool
+	l.LoseAfter(lost, func() {
+		liveDuringTell = l.Context().Err() == nil
+		hangUp()
+		time.Sleep(50 * time.Millisecond) // the watchdog sees the client gone
+	})
+	waitDone(t, l)
+	if !liveDuringTell {
+		t.Error("the session had ended before tell ran: its client's connection may be closed under the last word")
+	}
+	if e := l.Ended(); e.Reason != ReasonWorkerLost || e.Detail() != lost.Error() {
+		t.Errorf("ended %q (%q), want worker_lost (%q)", e.Reason, e.Detail(), lost)
+	}
+	if l.LoseAfter(lost, func() { t.Error("tell ran for a session already ended") }) {
+		t.Error("LoseAfter ended a session twice")
+	}
+}
+
 func TestEndFailListAndRing(t *testing.T) {
 	r, _ := newReg(t, nil) // Recent: 4
 	var lives []*Live

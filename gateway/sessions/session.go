@@ -74,8 +74,14 @@ const (
 	// longer than it may (--lock-stale-after, strict mode), so it ended the
 	// streams it could no longer vouch for.
 	ReasonLockViewStale Reason = "lock_view_stale"
-	// ReasonProxyLost: the directory's answer for a session of a proxy that
-	// stopped beating (it died with its streams); never audited by a hop.
+	// ReasonWorkerLost: the tunnel to the worker that carried the stream
+	// died mid-stream (the worker crashed, or the network failed): the
+	// worker cannot report the end, so the proxy records it.
+	ReasonWorkerLost Reason = "worker_lost"
+	// ReasonProxyLost: the worker lost the proxy that relayed the stream
+	// (the tunnel died under it: the proxy crashed, or the network
+	// failed); also the directory's answer for a session of a proxy that
+	// stopped beating (it died with its streams).
 	ReasonProxyLost Reason = "proxy_lost"
 )
 
@@ -169,7 +175,7 @@ func (i Info) CompleteEnd(end *audit.Session) {
 		return
 	}
 	switch end.EndReason {
-	case audit.EndClientClosed, audit.EndTunnelClosed, audit.EndCompleted, "":
+	case audit.EndClientClosed, audit.EndTunnelClosed, audit.EndProxyLost, audit.EndCompleted, "":
 		end.EndReason, end.EndDetail, end.EndHop = string(i.Reason), i.Detail, audit.HopProxy
 	}
 }
@@ -197,7 +203,7 @@ type Ended struct {
 	Reason Reason
 	// Lock is set for ReasonLocked.
 	Lock *locks.Lock
-	// Err is set for ReasonError.
+	// Err is set for ReasonError, ReasonWorkerLost and ReasonProxyLost.
 	Err error
 }
 

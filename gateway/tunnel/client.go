@@ -225,7 +225,7 @@ func (c *Client) session(ctx context.Context, log *slog.Logger, handlers *sync.W
 	}
 	err = c.acceptLoop(ctx, sess, handlers)
 	_ = sess.Close()
-	cancel(nil)
+	cancel(err) // the streams' handlers see the tunnel closed (ErrTunnelClosed)
 	wg.Wait()
 	// The control stream usually knows why (a silent peer, a broken
 	// write); the accept loop only sees the session end.

@@ -286,7 +286,7 @@ func (x *exchange) roundTrip(ctx context.Context, out *http.Request, s *session)
 // respond relays a response that is not an upgrade, after its audit event
 // ev, chunk by chunk as it arrives, and ends the session s, if any, with
 // how the response ended.
-func (x *exchange) respond(ctx context.Context, cancel context.CancelFunc, resp *http.Response, s *session, ev audit.Event) {
+func (x *exchange) respond(ctx context.Context, cancel context.CancelCauseFunc, resp *http.Response, s *session, ev audit.Event) {
 	// The event goes ahead of the response, in the same write as its head
 	// (and, for a short response, its body): the proxy stores it before it
 	// relays a byte.
@@ -297,7 +297,8 @@ func (x *exchange) respond(ctx context.Context, cancel context.CancelFunc, resp 
 		return
 	}
 	// The request body is consumed: a read now returns only when the proxy
-	// closes the stream, which ends an idle watch at once. With nothing
+	// closes the stream, which ends an idle watch at once; its error is the
+	// cause (the tunnel dying under the stream says the proxy was lost). With nothing
 	// buffered it reads the stream itself, so that the request's 4 KiB
 	// read buffer is not held for the life of a watch.
 	var rest io.Reader = x.br
@@ -307,11 +308,12 @@ func (x *exchange) respond(ctx context.Context, cancel context.CancelFunc, resp 
 	go func() {
 		var b [1]byte
 		for {
-			if n, err := rest.Read(b[:]); n > 0 || err != nil {
+			n, err := rest.Read(b[:])
+			if n > 0 || err != nil {
+				cancel(err)
 				break
 			}
 		}
-		cancel()
 	}()
 	if s != nil {
 		resp.Body = s.countOut(resp.Body)
@@ -323,6 +325,9 @@ func (x *exchange) respond(ctx context.Context, cancel context.CancelFunc, resp 
 	}
 	if err != nil && ctx.Err() == nil {
 		x.h.Logger.Debug("relay response", "err", err)
+	}
+	if cause := context.Cause(ctx); ctx.Err() != nil && errors.Is(cause, tunnel.ErrTunnelClosed) {
+		err = cause // what ended it, not the cancellation it caused
 	}
 	s.finish(ctx, responseEnd(ctx, w, err), err)
 }
@@ -336,7 +341,7 @@ func responseEnd(ctx context.Context, w *errWriter, err error) string {
 	case ctx.Err() != nil:
 		return outsideEnd(ctx, audit.EndClientClosed)
 	case w.err != nil:
-		return audit.EndClientClosed
+		return clientEnd(w.err)
 	}
 	return audit.EndUpstreamReset
 }
@@ -353,7 +358,17 @@ func outsideEnd(ctx context.Context, otherwise string) string {
 	case errors.As(cause, &ended):
 		return string(ended.Reason)
 	case errors.Is(cause, tunnel.ErrTunnelClosed):
-		return audit.EndTunnelClosed
+		return audit.EndProxyLost
+	}
+	return audit.EndClientClosed
+}
+
+// clientEnd is how a stream ended whose write to the proxy failed with
+// err: the proxy lost (its tunnel died under the stream: it crashed, or
+// the network failed) or, on a live tunnel, the client gone.
+func clientEnd(err error) string {
+	if errors.Is(err, tunnel.ErrTunnelClosed) {
+		return audit.EndProxyLost
 	}
 	return audit.EndClientClosed
 }
@@ -369,4 +384,14 @@ func clipUserAgent(ua string) string {
 		cut--
 	}
 	return ua[:cut]
+}
+
+// proxyLost names the end of a session whose stream's context ended with
+// cause (sessions.Config.ClientGone): the tunnel closing under it means the
+// proxy was lost, which the session.end says (audit.EndProxyLost).
+func proxyLost(cause error) (sessions.Reason, bool) {
+	if errors.Is(cause, tunnel.ErrTunnelClosed) {
+		return sessions.ReasonProxyLost, true
+	}
+	return "", false
 }

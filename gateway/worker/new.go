@@ -136,7 +136,7 @@ func New(ctx context.Context, c Config) (_ *Server, err error) {
 	set := locks.NewSet()
 	s := &Server{Policy: pol, policySource: popts.Source(), log: log, shutdownTimeout: cmp.Or(c.ShutdownTimeout, DefaultShutdownTimeout),
 		handover: max(cmp.Or(c.Handover, DefaultHandover), 0),
-		Sessions: sessions.New(sessions.Config{Locks: set, Logger: log.With("component", "sessions")})}
+		Sessions: sessions.New(sessions.Config{Locks: set, Logger: log.With("component", "sessions"), ClientGone: proxyLost})}
 	router := newProxyRouter(log)
 	// The same certificate and pinned CA for every proxy: they share the
 	// CA and the grant key, and their serving certificate carries the

@@ -19,6 +19,7 @@ import (
 	"github.com/limenhq/limen/gateway/sessions"
 	"github.com/limenhq/limen/gateway/stream"
 	"github.com/limenhq/limen/gateway/stream/decode"
+	"github.com/limenhq/limen/gateway/tunnel"
 )
 
 // relayBuffer is the size of each direction's copy buffer.
@@ -117,6 +118,8 @@ func (s *session) endReason(ctx context.Context, res relay.Result) (string, erro
 		return outsideEnd(ctx, audit.EndTunnelClosed), context.Cause(ctx)
 	case s.serverEnd == audit.EndCompleted:
 		return audit.EndCompleted, nil
+	case s.clientEnded && errors.Is(s.clientErr, tunnel.ErrTunnelClosed):
+		return audit.EndProxyLost, s.clientErr
 	case s.clientEnded:
 		return audit.EndClientClosed, nil
 	case s.serverEnd != "":
@@ -124,7 +127,7 @@ func (s *session) endReason(ctx context.Context, res relay.Result) (string, erro
 	}
 	// The server direction ended on a failed write to the client.
 	if res.BToA.WriteFailed {
-		return audit.EndClientClosed, res.BToA.Err
+		return clientEnd(res.BToA.Err), res.BToA.Err
 	}
 	return audit.EndError, errors.Join(res.AToB.Err, res.BToA.Err)
 }
@@ -179,7 +182,7 @@ func (s *session) clientFlow(dst io.Writer, src io.Reader) error {
 		if rerr != nil {
 			s.mu.Lock()
 			if s.serverEnd == "" {
-				s.clientEnded = true
+				s.clientEnded, s.clientErr = true, rerr
 			}
 			s.mu.Unlock()
 			if err := dec.Close(); err != nil && rerr == io.EOF {

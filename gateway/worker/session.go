@@ -60,6 +60,7 @@ type session struct {
 	// outside, when tearing it down can leave either direction mid-way.
 	refusedLate bool
 	clientEnded bool   // the client's bytes ended before the server's
+	clientErr   error  // the error that ended them, if not a clean EOF
 	serverEnd   string // how the server's bytes ended (audit.End…), "" while open
 	serverErr   error  // the error that ended them, if not a clean EOF
 }

@@ -176,8 +176,8 @@ func (h *Handler) ServeStream(ctx context.Context, stream net.Conn) {
 	}
 	ctx, span := h.startRequestSpan(ctx, preq)
 	defer span.End()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	x.req = x.req.WithContext(ctx)
 
 	var rf *refusal

@@ -17,6 +17,8 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
+	"syscall"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -67,6 +69,8 @@ type Cluster struct {
 	MonitoringTokenFile string
 
 	procs   []*process
+	mu      sync.Mutex // procs, for KillAPIServer and RestartAPIServer
+	apiArgs []string   // kube-apiserver's command line, for RestartAPIServer
 	cancel  context.CancelFunc
 	kubelet chan error
 }
@@ -196,7 +200,7 @@ func (c *Cluster) startAPIServer(ctx context.Context, p *pki, port, etcdPort int
 		}
 		extra = append(extra, "--tracing-config-file", f)
 	}
-	proc, err := startProcess(c.Dir, "kube-apiserver", c.Binaries.Path("kube-apiserver"), append([]string{
+	c.apiArgs = append([]string{
 		"--etcd-servers", "http://" + hostPort(etcdPort),
 		"--bind-address", "127.0.0.1", "--secure-port", strconv.Itoa(port),
 		// The API server refuses a loopback advertise address unless it does
@@ -216,8 +220,8 @@ func (c *Cluster) startAPIServer(ctx context.Context, p *pki, port, etcdPort int
 		"--api-audiences", "https://kubernetes.default.svc",
 		"--service-cluster-ip-range", "10.0.0.0/24",
 		"--allow-privileged", "--profiling=false", "--v", "1",
-	}, extra...)...,
-	)
+	}, extra...)
+	proc, err := startProcess(c.Dir, "kube-apiserver", c.Binaries.Path("kube-apiserver"), c.apiArgs...)
 	if err != nil {
 		return err
 	}
@@ -245,6 +249,65 @@ func (c *Cluster) startAPIServer(ctx context.Context, p *pki, port, etcdPort int
 	return proc.waitFor(wctx, "/readyz", func(ctx context.Context) error {
 		return httpOK(ctx, hc, c.Server+"/readyz")
 	})
+}
+
+// KillAPIServer kills kube-apiserver at once (SIGKILL), as a crash would;
+// etcd, the controllers and the kubelet go on. RestartAPIServer starts it
+// again.
+func (c *Cluster) KillAPIServer() {
+	c.mu.Lock()
+	p := c.proc("kube-apiserver")
+	c.mu.Unlock()
+	if p == nil {
+		return
+	}
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	<-p.exited
+}
+
+// RestartAPIServer starts kube-apiserver again after KillAPIServer, on the
+// same port, certificates and etcd, and returns once it is ready.
+func (c *Cluster) RestartAPIServer(ctx context.Context) error {
+	c.mu.Lock()
+	old := c.proc("kube-apiserver")
+	c.mu.Unlock()
+	if old != nil {
+		select {
+		case <-old.exited:
+		default:
+			return fmt.Errorf("kube-apiserver is still running (pid %d)", old.cmd.Process.Pid)
+		}
+	}
+	proc, err := startProcess(c.Dir, "kube-apiserver", c.Binaries.Path("kube-apiserver"), c.apiArgs...)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	for i, p := range c.procs {
+		if p == old {
+			c.procs[i] = proc
+		}
+	}
+	c.mu.Unlock()
+	hc, err := rest.HTTPClientFor(c.Admin)
+	if err != nil {
+		return err
+	}
+	wctx, cancel := context.WithTimeout(ctx, 120*time.Second)
+	defer cancel()
+	return proc.waitFor(wctx, "/readyz", func(ctx context.Context) error {
+		return httpOK(ctx, hc, c.Server+"/readyz")
+	})
+}
+
+// proc returns the component named name; c.mu is held.
+func (c *Cluster) proc(name string) *process {
+	for _, p := range c.procs {
+		if p.name == name {
+			return p
+		}
+	}
+	return nil
 }
 
 func (c *Cluster) startControllers(p *pki) error {

@@ -26,7 +26,9 @@ type process struct {
 
 func startProcess(dir, name, bin string, args ...string) (*process, error) {
 	logPath := filepath.Join(dir, name+".log")
-	logf, err := os.Create(logPath)
+	// Appended to: a component restarted (Cluster.RestartAPIServer) keeps
+	// the log of its first run.
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}

@@ -36,6 +36,19 @@ type pod struct {
 	dirty  chan struct{} // status needs reporting
 	cancel context.CancelFunc
 	done   chan struct{}
+	// gone ends when the pod's containers stopped for good (deleted):
+	// what runs inside it (exec, attach) dies and what connects into it
+	// (port-forward) breaks, as with a real kubelet, whose containers and
+	// network namespace go with the pod.
+	gone context.Context
+	kill context.CancelFunc
+}
+
+// within is ctx, ended too when the pod is gone.
+func (p *pod) within(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(p.gone, cancel)
+	return ctx, func() { stop(); cancel() }
 }
 
 func podKey(namespace, name string) string { return namespace + "/" + name }
@@ -110,7 +123,8 @@ func (k *Kubelet) sync(ctx context.Context, obj *corev1.Pod) {
 }
 
 func (k *Kubelet) newPod(obj *corev1.Pod) *pod {
-	return &pod{
+	gone, kill := context.WithCancel(context.Background())
+	return &pod{gone: gone, kill: kill,
 		k: k, namespace: obj.Namespace, name: obj.Name, uid: obj.UID,
 		dir:    filepath.Join(k.WorkDir, obj.Namespace+"_"+obj.Name+"_"+string(obj.UID)),
 		policy: obj.Spec.RestartPolicy, started: time.Now(),
@@ -126,6 +140,7 @@ func (k *Kubelet) forget(obj *corev1.Pod) {
 	k.mu.Unlock()
 	if ok {
 		p.stopAll(time.Second)
+		p.kill()
 		p.cancel()
 	}
 }
@@ -139,6 +154,7 @@ func (k *Kubelet) killAll() {
 	k.mu.Unlock()
 	for _, p := range pods {
 		p.stopAll(time.Second)
+		p.kill()
 		p.cancel()
 	}
 }
@@ -292,6 +308,7 @@ func (p *pod) terminate(ctx context.Context, obj *corev1.Pod) {
 	p.stopping = true
 	p.mu.Unlock()
 	p.stopAll(grace)
+	p.kill()
 	_ = p.reportStatus(ctx)
 	p.k.finalize(ctx, p.namespace, p.name, p.uid)
 }

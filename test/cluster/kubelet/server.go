@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/creack/pty"
@@ -75,6 +76,8 @@ func (k *Kubelet) serveExec(w http.ResponseWriter, r *http.Request) {
 	}
 	k.recordTransport("exec:" + transport(r))
 	remotecommand.ServeExec(w, r, execFunc(func(ctx context.Context, cmd []string, in io.Reader, out, errw io.WriteCloser, tty bool, resize <-chan remotecommand.TerminalSize) error {
+		ctx, done := p.within(ctx) // the process dies with its pod
+		defer done()
 		return runExec(ctx, p.dir, c.env, cmd, in, out, errw, tty, resize)
 	}), p.name, string(p.uid), c.spec.Name, r.URL.Query()["command"], opts,
 		idleTimeout, streamCreationTimeout, remotecommand.SupportedStreamingProtocols)
@@ -107,7 +110,12 @@ func (k *Kubelet) servePortForward(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	k.recordTransport("portforward:" + transport(r))
-	portforward.ServePortForward(w, r, forwardFunc(dialLocal), p.name, string(p.uid), opts,
+	forward := func(ctx context.Context, port int32, stream io.ReadWriteCloser) error {
+		ctx, done := p.within(ctx) // the connection breaks with its pod
+		defer done()
+		return dialLocal(ctx, port, stream)
+	}
+	portforward.ServePortForward(w, r, forwardFunc(forward), p.name, string(p.uid), opts,
 		idleTimeout, streamCreationTimeout, portforward.SupportedProtocols)
 }
 
@@ -183,7 +191,11 @@ func runExec(ctx context.Context, dir string, env, argv []string, in io.Reader, 
 		}
 	}
 	if ee, ok := err.(*exec.ExitError); ok {
-		return utilexec.CodeExitError{Err: ee, Code: ee.ExitCode()}
+		code := ee.ExitCode()
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			code = 128 + int(ws.Signal()) // as a container runtime reports a killed process: 137
+		}
+		return utilexec.CodeExitError{Err: ee, Code: code}
 	}
 	return err
 }
