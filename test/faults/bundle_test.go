@@ -17,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/limenhq/limen/gateway/policy"
@@ -228,6 +229,7 @@ func bobClient(t *testing.T, kc string) writer {
 		t.Fatal(err)
 	}
 	cfg.QPS, cfg.Burst, cfg.Timeout = -1, 0, 10*time.Second
+	cfg.WarningHandler = rest.NoWarnings{}
 	c, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)

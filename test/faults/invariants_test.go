@@ -16,10 +16,10 @@ import (
 // verdict is what the invariants found after a scenario: the figures of
 // the report's "lost" column, and the breaches, each a sentence.
 type verdict struct {
-	served, refused   int // GETs
+	served, refused   int    // GETs
 	watchEnds         string // how the watch runs ended
-	execs, execLines  int // exec runs that printed, lines the users saw
-	recordings        int // of those, recordings checked whole
+	execs, execLines  int    // exec runs that printed, lines the users saw
+	recordings        int    // of those, recordings checked whole
 	breaches          []string
 	recordingsPending []string // sessions whose recording never arrived
 }
@@ -98,6 +98,9 @@ func checkInvariants(t *testing.T, l *load, o invariantsOpts) verdict {
 		}
 		v.execs++
 		v.execLines += len(r.lines)
+		if r.exit == 0 && !r.end.IsZero() && len(r.lines) != execTicks {
+			v.breach("exec %s exited 0 (success) after %d of its %d lines", r.id, len(r.lines), execTicks)
+		}
 		ss := starts[r.id]
 		if len(ss) != 1 {
 			v.breach("exec %s printed %d lines to its user with %d session.start in the audit trail, not one", r.id, len(r.lines), len(ss))

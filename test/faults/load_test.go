@@ -16,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/limenhq/limen/test/cluster/clustertest"
@@ -63,6 +64,7 @@ type watchRun struct {
 type execRun struct {
 	id         string // the command's last argument, in the audit's session.start
 	start, end time.Time
+	firstLine  time.Time
 	lines      []string
 	exit       int
 	stderr     string
@@ -85,6 +87,7 @@ func startLoad(t *testing.T, env *gatewaytest.Env, kc string) *load {
 		t.Fatal(err)
 	}
 	cfg.QPS, cfg.Burst = -1, 0
+	cfg.WarningHandler = rest.NoWarnings{} // the refusals are counted, not printed
 	cfg.Timeout = 10 * time.Second
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
@@ -178,8 +181,13 @@ func (l *load) runWatch(ctx context.Context) {
 	}
 }
 
-// tickScript prints $0-N every 100 ms, $0 being the run's id.
-const tickScript = `i=0; while :; do echo "$0-$i"; i=$((i+1)); sleep 0.1; done`
+// tickScript prints $0-N every 100 ms, $0 being the run's id, execTicks
+// lines in all: each run is a session of a few seconds whose recording is
+// uploaded while the load goes on.
+const (
+	tickScript = `i=0; while [ $i -lt 50 ]; do echo "$0-$i"; i=$((i+1)); sleep 0.1; done`
+	execTicks  = 50
+)
 
 func (l *load) runExecs(ctx context.Context) {
 	for n := 0; ctx.Err() == nil; n++ {
@@ -202,6 +210,9 @@ func (l *load) runExecs(ctx context.Context) {
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
 			l.mu.Lock()
+			if len(r.lines) == 0 {
+				r.firstLine = time.Now()
+			}
 			r.lines = append(r.lines, sc.Text())
 			l.mu.Unlock()
 		}
@@ -245,7 +256,9 @@ func (l *load) refusals(from time.Time) []string {
 	for m, n := range count {
 		out = append(out, fmt.Sprintf("%d× %s", n, m))
 	}
-	sort.Slice(out, func(i, j int) bool { return count[strings.SplitN(out[i], "× ", 2)[1]] > count[strings.SplitN(out[j], "× ", 2)[1]] })
+	sort.Slice(out, func(i, j int) bool {
+		return count[strings.SplitN(out[i], "× ", 2)[1]] > count[strings.SplitN(out[j], "× ", 2)[1]]
+	})
 	return out
 }
 
@@ -296,6 +309,56 @@ func (l *load) refusedWithin(t *testing.T, from time.Time, within time.Duration,
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// execBack waits until an exec started after from prints, and returns how
+// long after from its first line came; it fails the test after within.
+func (l *load) execBack(t *testing.T, from time.Time, within time.Duration) time.Duration {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		l.mu.Lock()
+		for _, r := range l.execs {
+			if !r.start.Before(from) && len(r.lines) > 0 {
+				l.mu.Unlock()
+				return r.firstLine.Sub(from)
+			}
+		}
+		l.mu.Unlock()
+		if time.Now().After(deadline) {
+			t.Fatalf("no exec printed within %s of the fault's end: %s", within, l.execSummary(from))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// execSummary tells how the execs started since from ended.
+func (l *load) execSummary(from time.Time) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	count := map[string]int{}
+	var order []string
+	for _, r := range l.execs {
+		if r.start.Before(from) || r.end.IsZero() {
+			continue
+		}
+		k := fmt.Sprintf("exit %d after %d lines: %s", r.exit, len(r.lines), clip(r.stderr, 200))
+		if len(r.lines) == execTicks && r.exit == 0 {
+			k = "whole (exit 0)"
+		}
+		if count[k] == 0 {
+			order = append(order, k)
+		}
+		count[k]++
+	}
+	var parts []string
+	for _, k := range order {
+		parts = append(parts, fmt.Sprintf("%d× %s", count[k], k))
+	}
+	if len(parts) == 0 {
+		return "no exec ended"
+	}
+	return strings.Join(parts, "; ")
 }
 
 // snapshot copies what the clients saw, for the invariants.
