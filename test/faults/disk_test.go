@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -52,7 +53,8 @@ func TestDiskFull(t *testing.T) {
 			l := startLoad(t, env, kc)
 			time.Sleep(5 * time.Second) // the load under way, an exec recorded
 			filled := time.Now()
-			freeFile, free := fill(t, tc.dir(s))
+			fl := fill(t, tc.dir(s))
+			free := fl.free
 			saw := fmt.Sprintf("disk filled (%d bytes free left)", free)
 			hold := 15 * time.Second
 			if tc.refusal != "" {
@@ -69,9 +71,7 @@ func TestDiskFull(t *testing.T) {
 			if tc.execRefused && !anyExecFailed(l, filled) {
 				t.Errorf("every exec went on while the spool's disk was full: %s", execs)
 			}
-			if err := os.Remove(freeFile); err != nil {
-				t.Fatal(err)
-			}
+			fl.stop()
 			freed := time.Now()
 			back := l.recovered(t, freed, 30*time.Second)
 			execBack := l.execBack(t, freed, 30*time.Second)
@@ -84,31 +84,72 @@ func TestDiskFull(t *testing.T) {
 	}
 }
 
-// fill writes a file in dir until its file system has no room left, and
-// returns the file's path and the bytes the file system still reports
-// free.
-func fill(t *testing.T, dir string) (string, uint64) {
+// filler keeps a file system full: it writes a file until no room is
+// left, and goes on taking whatever room is freed (a recording's
+// preallocated tail cut at its end, say) until stopped, which deletes the
+// file.
+type filler struct {
+	path string
+	free uint64 // bytes the file system reports free once full
+	done chan struct{}
+	wg   sync.WaitGroup
+}
+
+// fill fills dir's file system and keeps it full until stop.
+func fill(t *testing.T, dir string) *filler {
 	t.Helper()
-	path := filepath.Join(dir, "fill-the-disk")
-	f, err := os.Create(path)
+	fl := &filler{path: filepath.Join(dir, "fill-the-disk"), done: make(chan struct{})}
+	f, err := os.Create(fl.path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	chunk := make([]byte, 1<<20)
-	for len(chunk) >= 512 {
-		if _, err := f.Write(chunk); err != nil {
-			if !errors.Is(err, syscall.ENOSPC) {
-				t.Fatalf("fill %s: %v", dir, err)
-			}
-			chunk = chunk[:len(chunk)/2]
-		}
+	if err := topUp(f); err != nil {
+		t.Fatalf("fill %s: %v", dir, err)
 	}
 	var st syscall.Statfs_t
 	if err := syscall.Statfs(dir, &st); err != nil {
 		t.Fatal(err)
 	}
-	return path, st.Bavail * uint64(st.Bsize)
+	fl.free = st.Bavail * uint64(st.Bsize)
+	fl.wg.Go(func() {
+		defer f.Close()
+		for {
+			select {
+			case <-fl.done:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			_ = topUp(f)
+		}
+	})
+	t.Cleanup(fl.stop)
+	return fl
+}
+
+// stop frees the room: the filling ends and the file is deleted.
+func (fl *filler) stop() {
+	select {
+	case <-fl.done:
+		return
+	default:
+	}
+	close(fl.done)
+	fl.wg.Wait()
+	_ = os.Remove(fl.path)
+}
+
+// topUp appends to f until the disk has no room left.
+func topUp(f *os.File) error {
+	chunk := make([]byte, 1<<20)
+	for len(chunk) >= 512 {
+		if _, err := f.Write(chunk); err != nil {
+			if !errors.Is(err, syscall.ENOSPC) {
+				return err
+			}
+			chunk = chunk[:len(chunk)/2]
+		}
+	}
+	return nil
 }
 
 // anyExecFailed reports whether an exec started since from ended short of

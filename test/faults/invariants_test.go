@@ -56,10 +56,12 @@ func checkInvariants(t *testing.T, l *load, o invariantsOpts) verdict {
 	v.watchEnds = watchEnds(watches)
 	events := auditEvents(t, o.proxyDir, o.user)
 
-	// Every GET its client saw served is in the trail exactly once.
+	// Every GET its client saw served is in the trail exactly once: its
+	// outcome (kube.request), or, while the outcome is being appended, the
+	// proxy's record of it, durable before the response was relayed.
 	rows := map[string]int{}
-	for _, ev := range events {
-		if ev.Type == audit.TypeKubeRequest && ev.Kube != nil && ev.Kube.Namespace == l.ns && strings.HasPrefix(ev.Kube.Name, "probe-") {
+	for _, ev := range append(events, auditOf(t, o.proxyDir, audit.Query{User: o.user, Type: audit.TypeKubeSent, OutcomeUnknown: true})...) {
+		if (ev.Type == audit.TypeKubeRequest || ev.Type == audit.TypeKubeSent) && ev.Kube != nil && ev.Kube.Namespace == l.ns && strings.HasPrefix(ev.Kube.Name, "probe-") {
 			rows[ev.Kube.Name]++
 		}
 	}
@@ -150,13 +152,20 @@ func checkInvariants(t *testing.T, l *load, o invariantsOpts) verdict {
 // auditEvents reads user's events from the proxy's audit trail.
 func auditEvents(t *testing.T, proxyDir, user string) []audit.Event {
 	t.Helper()
+	return auditOf(t, proxyDir, audit.Query{User: user})
+}
+
+// auditOf searches the proxy's audit trail.
+func auditOf(t *testing.T, proxyDir string, q audit.Query) []audit.Event {
+	t.Helper()
+	q.Limit = 1_000_000
 	ctx := context.Background()
 	st, err := audit.Open(ctx, audit.Path(proxyDir), audit.Options{ReadOnly: true})
 	if err != nil {
 		t.Fatalf("open the audit trail read-only: %v", err)
 	}
 	defer st.Close()
-	evs, err := st.Search(ctx, audit.Query{User: user, Limit: 1_000_000})
+	evs, err := st.Search(ctx, q)
 	if err != nil {
 		t.Fatalf("search the audit trail: %v", err)
 	}

@@ -332,17 +332,21 @@ func (l *load) execBack(t *testing.T, from time.Time, within time.Duration) time
 	}
 }
 
-// execSummary tells how the execs started since from ended.
+// execSummary tells how the execs that ended since from ended, and what
+// the one still running has printed.
 func (l *load) execSummary(from time.Time) string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	count := map[string]int{}
 	var order []string
 	for _, r := range l.execs {
-		if r.start.Before(from) || r.end.IsZero() {
+		if !r.end.IsZero() && r.end.Before(from) {
 			continue
 		}
 		k := fmt.Sprintf("exit %d after %d lines: %s", r.exit, len(r.lines), clip(r.stderr, 200))
+		if r.end.IsZero() {
+			k = fmt.Sprintf("still running after %d lines, started %s after the fault", len(r.lines), r.start.Sub(from).Round(100*time.Millisecond))
+		}
 		if len(r.lines) == execTicks && r.exit == 0 {
 			k = "whole (exit 0)"
 		}
