@@ -13,14 +13,13 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/limenhq/limen/gateway/audit"
 	"github.com/limenhq/limen/gateway/sessions"
 	"github.com/limenhq/limen/test/cluster/clustertest"
 	"github.com/limenhq/limen/test/gatewaytest"
 	"github.com/limenhq/limen/test/haproxy"
+	"github.com/limenhq/limen/test/load"
 	"github.com/limenhq/limen/test/postgres"
 )
 
@@ -147,41 +146,22 @@ func (h *haEnv) relaying(t *testing.T, user string, kind sessions.Kind) int {
 }
 
 // haClients are n client-go clients of kubeconfig, each with its own
-// connection (a dialer of its own keeps client-go from sharing one
-// transport) and no client-side rate limit.
-func haClients(t *testing.T, kubeconfig string, n int) []*haClient {
+// connection and no client-side rate limit (load.NewClients).
+func haClients(t *testing.T, kubeconfig string, n int) []*load.Client {
 	t.Helper()
-	var out []*haClient
-	for range n {
-		cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-		if err != nil {
-			t.Fatal(err)
-		}
-		hc := &haClient{}
-		cfg.QPS, cfg.Burst = -1, 0
-		d := &net.Dialer{Timeout: 5 * time.Second}
-		cfg.Dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
-			c, err := d.DialContext(ctx, network, addr)
-			if err == nil {
-				hc.local.Store(c.LocalAddr().String())
-			}
-			return c, err
-		}
-		if hc.Clientset, err = kubernetes.NewForConfig(cfg); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, hc)
+	cs, err := load.NewClients(kubeconfig, n)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return out
+	return cs
 }
 
 // clientsOn returns the load's clients whose connection goes to proxy i.
-func (h *haEnv) clientsOn(t *testing.T, l *haLoad, i int) []*haClient {
+func (h *haEnv) clientsOn(t *testing.T, l *load.Run, i int) []*load.Client {
 	t.Helper()
-	var on []*haClient
-	for _, c := range l.clients {
-		local, _ := c.local.Load().(string)
-		srv, err := h.lb.ServerOf(context.Background(), local)
+	var on []*load.Client
+	for _, c := range l.Clients() {
+		srv, err := h.lb.ServerOf(context.Background(), c.Local())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -259,10 +239,10 @@ func TestHAThreeProxies(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { echo.Close() })
-	go serveEcho(echo)
+	go load.ServeEcho(echo)
 	tick, stopTick := context.WithCancel(ctx)
 	defer stopTick()
-	go tickConfigMap(tick, clustertest.Cluster(t).Client, ns)
+	go load.TickConfigMap(tick, clustertest.Cluster(t).Client, ns, "ha-tick")
 
 	alice := gatewaytest.Users[1]
 	kcLB, err := h.LoginAt(ctx, alice, h.lb.Addr)
@@ -274,29 +254,31 @@ func TestHAThreeProxies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	load := &haLoad{ns: ns, clients: haClients(t, kcLB, haLoadClients), kubectl: clustertest.Kubectl(t, ""), kc: kcLB,
-		pod: "ticker", pfPort: echo.Addr().(*net.TCPAddr).Port}
-	load.start()
+	// The load's GETs name configmaps ha-0, ha-1, …: none exists (ha-tick
+	// is no number).
+	l := load.Start(ctx, load.Config{Namespace: ns, Clients: haClients(t, kcLB, haLoadClients),
+		Kubectl: clustertest.Kubectl(t, ""), Kubeconfig: kcLB,
+		Pod: "ticker", EchoPort: echo.Addr().(*net.TCPAddr).Port, Prefix: "ha-"})
 	stopped := false
 	defer func() {
 		if !stopped {
-			load.stop()
+			l.Stop()
 		}
 	}()
 	time.Sleep(2 * time.Second) // every part of the load under way
 
 	var fig haFigures
 	t.Run("lock through A ends streams on C", func(t *testing.T) { fig.lock = h.lockFanOut(t, ns, kcC) })
-	t.Run("kill -9 one proxy", func(t *testing.T) { h.killOne(t, load, &fig) })
-	t.Run("PostgreSQL restart", func(t *testing.T) { h.restartPostgres(t, load, &fig) })
-	t.Run("SIGTERM one proxy", func(t *testing.T) { h.termOne(t, load, &fig) })
+	t.Run("kill -9 one proxy", func(t *testing.T) { h.killOne(t, l, &fig) })
+	t.Run("PostgreSQL restart", func(t *testing.T) { h.restartPostgres(t, l, &fig) })
+	t.Run("SIGTERM one proxy", func(t *testing.T) { h.termOne(t, l, &fig) })
 
-	load.stop()
+	l.Stop()
 	stopped = true
 	stopTick()
-	t.Run("audit trail holds every success exactly once", func(t *testing.T) { h.checkAudit(t, load, began, &fig) })
+	t.Run("audit trail holds every success exactly once", func(t *testing.T) { h.checkAudit(t, l, began, &fig) })
 	t.Run("GET through each proxy", func(t *testing.T) { fig.perProxy = h.perProxyGET(t, kcLB, ns) })
-	fig.log(t, load, time.Since(began))
+	fig.log(t, l.Snapshot(), time.Since(began))
 }
 
 // haFigures are what the test measured, printed in one block at the end.
@@ -322,9 +304,7 @@ type haFigures struct {
 	requests, failed, failures int
 }
 
-func (f *haFigures) log(t *testing.T, l *haLoad, took time.Duration) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+func (f *haFigures) log(t *testing.T, l load.Snapshot, took time.Duration) {
 	s := slices.Sorted(slices.Values(f.lock))
 	var b strings.Builder
 	fmt.Fprintf(&b, "three proxies on PostgreSQL behind HAProxy (TCP), one worker; load through HAProxy; test took %s\n", took.Round(time.Second))
@@ -344,7 +324,7 @@ func (f *haFigures) log(t *testing.T, l *haLoad, took time.Duration) {
 			f.perProxy[0].Round(10*time.Microsecond), f.perProxy[1].Round(10*time.Microsecond), f.perProxy[2].Round(10*time.Microsecond))
 	}
 	fmt.Fprintf(&b, "  load: %d requests, %d failed; watch ended %d times, back after %v; exec ended %d times, %d lines, %d gaps; port-forward ended %d times, %d rounds of %d KiB, %d mismatches",
-		len(l.reqs), f.failed, len(l.watchEnds), roundAll(l.watchBack), len(l.execEnds), l.execLines, len(l.execGaps), len(l.pfEnds), l.pfRounds, haChunk>>10, len(l.pfMismatch))
+		len(l.Requests), f.failed, len(l.WatchEnds), roundAll(l.WatchBack), len(l.ExecEnds), l.ExecLines, len(l.ExecGaps), len(l.PFEnds), l.PFRounds, load.DefaultChunk>>10, len(l.PFMismatch))
 	t.Logf("HA figures\n%s", b.String())
 }
 
@@ -448,36 +428,35 @@ func (h *haEnv) waitSessionEnd(t *testing.T, id string) audit.Event {
 
 // killOne kills the proxy that relays alice's exec with SIGKILL and
 // judges the next 7 s.
-func (h *haEnv) killOne(t *testing.T, l *haLoad, f *haFigures) {
+func (h *haEnv) killOne(t *testing.T, l *load.Run, f *haFigures) {
 	victim := h.relaying(t, "alice", sessions.KindExec)
 	f.killed = haBackends[victim]
-	l.mu.Lock()
-	execEnds, watchEnds, pfEnds := len(l.execEnds), len(l.watchEnds), len(l.pfEnds)
-	l.mu.Unlock()
+	s := l.Snapshot()
+	execEnds, watchEnds, pfEnds := len(s.ExecEnds), len(s.WatchEnds), len(s.PFEnds)
 	// Kill it while a request is under way on it, if a client's connection
 	// goes there.
 	on := h.clientsOn(t, l, victim)
 	f.killClients = len(on)
 	onVictim := map[int]bool{}
-	for i, c := range l.clients {
+	for i, c := range l.Clients() {
 		onVictim[i] = slices.Contains(on, c)
 	}
 	waitInFlight(on)
 	kill := time.Now()
 	h.KillProxyN(victim)
 	time.Sleep(7 * time.Second)
-	reqs := l.window(kill.Add(-5*time.Second), kill.Add(7*time.Second))
+	reqs := l.Requests(kill.Add(-5*time.Second), kill.Add(7*time.Second))
 	// Recovered: each client that was on the victim has had an answer
 	// through another proxy.
 	back := map[int]time.Duration{}
 	for _, r := range reqs {
-		if i := r.seq % len(l.clients); onVictim[i] && r.ok && r.start.After(kill) {
-			if d, ok := back[i]; !ok || r.end.Sub(kill) < d {
-				back[i] = r.end.Sub(kill)
+		if i := r.Client; onVictim[i] && r.OK && r.Start.After(kill) {
+			if d, ok := back[i]; !ok || r.End.Sub(kill) < d {
+				back[i] = r.End.Sub(kill)
 			}
 		}
 	}
-	for i, c := range l.clients {
+	for i, c := range l.Clients() {
 		if slices.Contains(on, c) {
 			d, ok := back[i]
 			if !ok {
@@ -487,30 +466,28 @@ func (h *haEnv) killOne(t *testing.T, l *haLoad, f *haFigures) {
 		}
 	}
 	for _, r := range reqs {
-		if r.start.Before(kill) && r.end.After(kill) && onVictim[r.seq%len(l.clients)] {
+		if r.Start.Before(kill) && r.End.After(kill) && onVictim[r.Client] {
 			// Answered whole before the kill reached it, or failed: both
 			// fine; the decoder would fail a truncated answer.
 			f.killInFlight++
-			if !r.ok {
+			if !r.OK {
 				f.killInFlightFailed++
 			}
 		}
-		if r.ok {
+		if r.OK {
 			continue
 		}
-		if r.end.After(kill) {
+		if r.End.After(kill) {
 			f.killLost++
 		}
-		if r.start.After(kill.Add(5 * time.Second)) {
-			t.Errorf("request %d sent %s after the kill failed: %s", r.seq, r.start.Sub(kill).Round(time.Millisecond), r.err)
+		if r.Start.After(kill.Add(5 * time.Second)) {
+			t.Errorf("request %d sent %s after the kill failed: %s", r.Seq, r.Start.Sub(kill).Round(time.Millisecond), r.Err)
 		}
 	}
-	l.mu.Lock()
-	execEnded := len(l.execEnds) - execEnds
-	f.killStreams = fmt.Sprintf("exec ended %d, watch ended %d, port-forward ended %d", execEnded, len(l.watchEnds)-watchEnds, len(l.pfEnds)-pfEnds)
-	up := l.watchUp
-	l.mu.Unlock()
-	if !up {
+	s = l.Snapshot()
+	execEnded := len(s.ExecEnds) - execEnds
+	f.killStreams = fmt.Sprintf("exec ended %d, watch ended %d, port-forward ended %d", execEnded, len(s.WatchEnds)-watchEnds, len(s.PFEnds)-pfEnds)
+	if !s.WatchUp {
 		t.Errorf("the load's watch is not re-established 7s after the kill")
 	}
 	// Whether or not the load's watch was on the victim: a new watch
@@ -519,19 +496,19 @@ func (h *haEnv) killOne(t *testing.T, l *haLoad, f *haFigures) {
 	if execEnded == 0 {
 		t.Errorf("the exec relayed by the killed proxy did not end")
 	}
-	h.checkStreams(t, l)
+	load.CheckStreams(t, l.Snapshot())
 	f.restartKilled = h.restart(t, victim)
 }
 
 // newWatch opens a watch on a new client through the balancer and returns
 // how long until its first event.
-func (h *haEnv) newWatch(t *testing.T, l *haLoad) time.Duration {
+func (h *haEnv) newWatch(t *testing.T, l *load.Run) time.Duration {
 	t.Helper()
-	c := haClients(t, l.kc, 1)[0]
+	c := haClients(t, l.Config().Kubeconfig, 1)[0]
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	start := time.Now()
-	w, err := c.CoreV1().ConfigMaps(l.ns).Watch(ctx, metav1.ListOptions{})
+	w, err := c.CoreV1().ConfigMaps(l.Config().Namespace).Watch(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Errorf("a new watch through the balancer after the kill: %v", err)
 		return 0
@@ -550,31 +527,12 @@ func (h *haEnv) newWatch(t *testing.T, l *haLoad) time.Duration {
 
 // waitInFlight returns once one of clients has a request under way, or
 // after 3 s.
-func waitInFlight(clients []*haClient) {
+func waitInFlight(clients []*load.Client) {
 	for wait := time.Now().Add(3 * time.Second); len(clients) > 0 && time.Now().Before(wait); {
-		if slices.ContainsFunc(clients, func(c *haClient) bool { return c.inFlight.Load() > 0 }) {
+		if slices.ContainsFunc(clients, func(c *load.Client) bool { return c.InFlight() > 0 }) {
 			return
 		}
 		time.Sleep(100 * time.Microsecond)
-	}
-}
-
-// checkStreams fails the test for a stream that ended as if it were over,
-// or that lost or changed bytes.
-func (h *haEnv) checkStreams(t *testing.T, l *haLoad) {
-	t.Helper()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, e := range l.execEnds {
-		if e.clean {
-			t.Errorf("an exec that never ends by itself exited 0 at %s: a cut stream passed for a clean end", e.at.Format(time.StampMilli))
-		}
-	}
-	if len(l.execGaps) > 0 {
-		t.Errorf("exec output lost or reordered lines: %v", l.execGaps)
-	}
-	if len(l.pfMismatch) > 0 {
-		t.Errorf("port-forward delivered changed bytes without an error: %v", l.pfMismatch)
 	}
 }
 
@@ -582,7 +540,7 @@ func (h *haEnv) checkStreams(t *testing.T, l *haLoad) {
 // stop's start to the start's end, every request fails 503 or succeeds
 // (with its record stored, checkAudit); between the server being down and
 // its start beginning, none succeeds.
-func (h *haEnv) restartPostgres(t *testing.T, l *haLoad, f *haFigures) {
+func (h *haEnv) restartPostgres(t *testing.T, l *load.Run, f *haFigures) {
 	stopping := time.Now()
 	h.pg.Stop()
 	down := time.Now()
@@ -596,12 +554,12 @@ func (h *haEnv) restartPostgres(t *testing.T, l *haLoad, f *haFigures) {
 	// Back: ten requests in a row succeed.
 	deadline := started.Add(30 * time.Second)
 	for {
-		rs := l.window(started, time.Now())
+		rs := l.Requests(started, time.Now())
 		run := 0
 		for _, r := range rs {
-			if r.ok {
+			if r.OK {
 				if run == 0 {
-					f.pgBack = r.end.Sub(started)
+					f.pgBack = r.End.Sub(started)
 				}
 				run++
 			} else {
@@ -617,17 +575,17 @@ func (h *haEnv) restartPostgres(t *testing.T, l *haLoad, f *haFigures) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	time.Sleep(time.Second) // the requests under way are answered
-	for _, r := range l.window(stopping, started.Add(f.pgBack)) {
+	for _, r := range l.Requests(stopping, started.Add(f.pgBack)) {
 		switch {
-		case r.ok && r.start.After(down) && r.end.Before(up):
+		case r.OK && r.Start.After(down) && r.End.Before(up):
 			f.pgOK++
-			t.Errorf("request %d succeeded while PostgreSQL was down: relayed without a durable audit record", r.seq)
-		case r.ok:
-		case r.status == 503:
+			t.Errorf("request %d succeeded while PostgreSQL was down: relayed without a durable audit record", r.Seq)
+		case r.OK:
+		case r.Status == 503:
 			f.pg503++
 		default:
 			f.pgOther++
-			t.Logf("request %d during the outage: %s", r.seq, r.err)
+			t.Logf("request %d during the outage: %s", r.Seq, r.Err)
 		}
 	}
 	if f.pg503 == 0 {
@@ -640,7 +598,7 @@ func (h *haEnv) restartPostgres(t *testing.T, l *haLoad, f *haFigures) {
 
 // termOne stops the proxy that relays alice's exec with SIGTERM and
 // counts the requests that failed from then until 2 s after it exited.
-func (h *haEnv) termOne(t *testing.T, l *haLoad, f *haFigures) {
+func (h *haEnv) termOne(t *testing.T, l *load.Run, f *haFigures) {
 	victim := h.relaying(t, "alice", sessions.KindExec)
 	f.termed = haBackends[victim]
 	// While a request is under way on it: the drain must finish it.
@@ -653,63 +611,44 @@ func (h *haEnv) termOne(t *testing.T, l *haLoad, f *haFigures) {
 	}
 	f.termTook = time.Since(start)
 	time.Sleep(2 * time.Second)
-	reqs := l.window(start, time.Now().Add(-time.Second))
+	reqs := l.Requests(start, time.Now().Add(-time.Second))
 	f.termReqs = len(reqs)
 	for _, r := range reqs {
-		if !r.ok {
+		if !r.OK {
 			f.termFailed++
-			t.Errorf("request %d, sent %s after SIGTERM, failed: %s", r.seq, r.start.Sub(start).Round(time.Millisecond), r.err)
+			t.Errorf("request %d, sent %s after SIGTERM, failed: %s", r.Seq, r.Start.Sub(start).Round(time.Millisecond), r.Err)
 		}
 	}
-	h.checkStreams(t, l)
+	load.CheckStreams(t, l.Snapshot())
 	h.restart(t, victim)
 }
 
-// checkAudit matches alice's requests with the shared trail: each that
-// she saw succeed has exactly one record (kube.sent, durable before the
-// response was relayed), and no request has two.
-func (h *haEnv) checkAudit(t *testing.T, l *haLoad, began time.Time, f *haFigures) {
+// checkAudit matches alice's requests with the shared trail
+// (load.CheckAudit): each that she saw succeed has exactly one record
+// (kube.sent, durable before the response was relayed), and no request has
+// two; each record names the client behind HAProxy.
+func (h *haEnv) checkAudit(t *testing.T, l *load.Run, began time.Time, f *haFigures) {
 	since := began.UTC().Format(time.RFC3339)
-	prefix := "/api/v1/namespaces/" + l.ns + "/configmaps/ha-"
-	count := func(typ audit.Type) map[string]int {
-		n := map[string]int{}
+	prefix := l.AuditPrefix()
+	var evs []audit.Event
+	for _, typ := range []audit.Type{audit.TypeKubeSent, audit.TypeKubeRequest} {
 		for _, ev := range h.auditEvents(t, "--type", string(typ), "--user", "alice", "--since", since) {
-			if ev.Kube != nil && strings.HasPrefix(ev.Kube.Path, prefix) {
-				n[strings.TrimPrefix(ev.Kube.Path, prefix)]++
-				// The client, from HAProxy's PROXY header, not HAProxy.
-				host := ev.ClientAddr
-				if h, _, err := net.SplitHostPort(host); err == nil {
-					host = h
-				}
-				if host != "127.0.0.1" {
-					t.Errorf("%s of %s names client %q, want 127.0.0.1 (the client behind HAProxy, not HAProxy at %s)", typ, ev.Kube.Path, ev.ClientAddr, haLBSource)
-				}
+			if ev.Kube == nil || !strings.HasPrefix(ev.Kube.Path, prefix) {
+				continue
 			}
-		}
-		return n
-	}
-	sent, outcome := count(audit.TypeKubeSent), count(audit.TypeKubeRequest)
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	f.requests = len(l.reqs)
-	for _, r := range l.reqs {
-		seq := fmt.Sprint(r.seq)
-		if !r.ok {
-			f.failed++
-		}
-		if sent[seq] > 1 || outcome[seq] > 1 {
-			t.Errorf("request %d stored %d times (kube.sent) with %d outcomes: once at most", r.seq, sent[seq], outcome[seq])
-		}
-		if r.ok && sent[seq] != 1 {
-			t.Errorf("request %d succeeded for alice but the shared trail holds %d records of it", r.seq, sent[seq])
-		}
-		if r.ok && sent[seq] == 1 {
-			f.auditOK++
-			if outcome[seq] == 0 {
-				f.auditNoOutcome++
+			// The client, from HAProxy's PROXY header, not HAProxy.
+			host := ev.ClientAddr
+			if h, _, err := net.SplitHostPort(host); err == nil {
+				host = h
 			}
+			if host != "127.0.0.1" {
+				t.Errorf("%s of %s names client %q, want 127.0.0.1 (the client behind HAProxy, not HAProxy at %s)", typ, ev.Kube.Path, ev.ClientAddr, haLBSource)
+			}
+			evs = append(evs, ev)
 		}
 	}
+	a := load.CheckAudit(t, l.Snapshot().Requests, evs, prefix)
+	f.requests, f.failed, f.auditOK, f.auditNoOutcome = a.Requests, a.Failed, a.OK, a.NoOutcome
 }
 
 // perProxyGET measures alice's GET p50 straight to each proxy.
