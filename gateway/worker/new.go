@@ -156,7 +156,7 @@ func New(ctx context.Context, c Config) (_ *Server, err error) {
 	s.relay = relay
 	s.Handler = &Handler{
 		Cluster: policy.Cluster{Name: id.Cluster, Labels: c.Labels}, GrantKey: id.GrantKey, Policy: pol, Scopes: pol,
-		Upstream: upstream, Transport: rt, Upgrades: upgrades, Token: tokens.Token, Impersonation: c.Impersonation,
+		Upstream: upstream, Transport: rt, Upgrades: upgrades, Token: tokens.Token, TokenRefused: tokens.Refused, Impersonation: c.Impersonation,
 		Locks: set, Sessions: s.Sessions,
 		Events: relay.Send, Spool: spool, Recorded: func(recording.Item) { s.uploader.Kick() },
 		RecordingMaxBytes: c.RecordingMaxBytes, Backlog: Backlog{Dir: backlog},

@@ -70,6 +70,9 @@ type Handler struct {
 	Transport http.RoundTripper
 	// Token returns the worker's current ServiceAccount token.
 	Token func() (string, error)
+	// TokenRefused, if set, is told of a token the API server refused
+	// (401), so that Token reads it again (TokenFile.Refused).
+	TokenRefused func(token string)
 	// Impersonation maps principals to Kubernetes user names and names the
 	// RBAC variant the cluster grants; the zero value is bare names, legacy.
 	Impersonation impersonate.Config
