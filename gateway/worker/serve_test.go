@@ -589,3 +589,18 @@ func TestAPIServerRefusesTheWorkerToken(t *testing.T) {
 		t.Fatalf("TokenRefused called with %q, want the token once", refused)
 	}
 }
+
+// TestClockBehindRefusesCleanly: a worker whose clock is an hour behind
+// refuses the grant as not yet valid, audited and answered; the header
+// deadline is elapsed time, not the clock of the checks, so the stream is
+// not cut before it is read (test/faults TestWorkerClockJumps found 502s
+// "read audit event from worker: EOF" with a clock set back).
+func TestClockBehindRefusesCleanly(t *testing.T) {
+	b := newBench(t)
+	b.h.Now = func() time.Time { return time.Now().Add(-time.Hour) }
+	tok, _ := b.grant(nil)
+	ev, resp, body := b.serve(tok, get(listPath))
+	if resp.StatusCode != http.StatusForbidden || !strings.Contains(body, "not yet valid") || ev.Type != audit.TypeAuthDenied {
+		t.Fatalf("%d %q, event %s; want 403 not yet valid, auth.denied", resp.StatusCode, body, ev.Type)
+	}
+}

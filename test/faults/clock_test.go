@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -140,8 +141,26 @@ type streamRun struct {
 	done  chan struct{}
 	end   time.Time
 	err   error
-	out   strings.Builder
-	errb  strings.Builder
+	out   syncBuffer
+	errb  syncBuffer
+}
+
+// syncBuffer is a strings.Builder safe to read while a command writes it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 // longExec starts an exec printing forever as the load's user.
@@ -157,6 +176,13 @@ func longExec(t *testing.T, l *load) *streamRun {
 		t.Fatal(err)
 	}
 	go func() { r.err = cmd.Wait(); r.end = time.Now(); close(r.done) }()
+	for !strings.Contains(r.out.String(), "long") { // admitted and relaying
+		select {
+		case <-r.done:
+			t.Fatalf("the long exec ended before it printed: %s", r.how())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 	return r
 }
 

@@ -51,7 +51,9 @@ func TestServiceAccountToken(t *testing.T) {
 	// The API server's 401 for the revoked token makes the worker read the
 	// file again: the rotated token serves at once.
 	back := l.recovered(t, time.Now(), 10*time.Second)
-	time.Sleep(5 * time.Second)
+	// The API server caches a token's authentication for seconds: the
+	// revocation bites within them.
+	time.Sleep(15 * time.Second)
 	served, refused := l.served(rotated, time.Now())
 	l.mu.Lock()
 	for _, g := range l.gets {
@@ -64,7 +66,7 @@ func TestServiceAccountToken(t *testing.T) {
 	if refused > 5 {
 		t.Errorf("%d GETs refused after the rotation: the worker must take the rotated token at the first 401", refused)
 	}
-	saw := fmt.Sprintf("rotated and the old token revoked: %d GETs served, %d refused (%v), served with the new token %s after the revocation",
+	saw := fmt.Sprintf("rotated and the old token revoked: %d GETs served, %d refused (%v), in the next 15 s; first served after the revocation %s",
 		served, refused, l.refusals(rotated), back.Round(time.Millisecond))
 
 	gone := time.Now()
