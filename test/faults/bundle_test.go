@@ -35,21 +35,22 @@ type bundleServer struct {
 	// fault: "" serves body; "500", "hang", or a bundle's bytes.
 	fault string
 	bad   []byte
-	hung  chan struct{} // closed at the end: releases the hanging polls
+	hung  chan struct{} // closed when the hang ends: releases the hanging polls
 }
 
 func (b *bundleServer) serve(w http.ResponseWriter, r *http.Request) {
 	b.mu.Lock()
-	fault, body, bad := b.fault, b.body, b.bad
+	fault, body, bad, hung := b.fault, b.body, b.bad, b.hung
 	b.mu.Unlock()
 	switch fault {
 	case "500":
 		http.Error(w, "the bundle service is down (test fault)", http.StatusInternalServerError)
 		return
 	case "hang":
-		select { // until the client gives up, or the test ends
+		select { // until the client gives up, or the hang ends
 		case <-r.Context().Done():
-		case <-b.hung:
+		case <-hung:
+			http.Error(w, "the hang is over (test fault)", http.StatusServiceUnavailable)
 		}
 		return
 	case "bad":
@@ -61,16 +62,27 @@ func (b *bundleServer) serve(w http.ResponseWriter, r *http.Request) {
 
 // set makes the server serve fault ("" for body, "500", "hang", "bad" for
 // the bytes bad).
+// the bytes bad); a hang ends with it, so that the next fault is polled
+// at once rather than after the fetch timeout.
 func (b *bundleServer) set(fault string, bad []byte) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.endHang()
 	b.fault, b.bad = fault, bad
 }
 
 func (b *bundleServer) setBody(body []byte) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.endHang()
 	b.body, b.fault = body, ""
+}
+
+func (b *bundleServer) endHang() {
+	if b.fault == "hang" {
+		close(b.hung)
+		b.hung = make(chan struct{})
+	}
 }
 
 // bundleData is the example policy data at revision rev: bobEdit binds
@@ -105,7 +117,7 @@ func TestBundleServerFaults(t *testing.T) {
 	good := policytest.SignedBundle(t, "2", bundleData(t, false, false), key)
 	bs := &bundleServer{body: good, hung: make(chan struct{})}
 	bs.srv = httptest.NewTLSServer(http.HandlerFunc(bs.serve))
-	t.Cleanup(func() { close(bs.hung); bs.srv.Close() })
+	t.Cleanup(func() { bs.set("", nil); bs.srv.Close() })
 	dir := t.TempDir()
 	caFile := filepath.Join(dir, "bundle-ca.pem")
 	if err := os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: bs.srv.Certificate().Raw}), 0o600); err != nil {
@@ -140,17 +152,17 @@ func TestBundleServerFaults(t *testing.T) {
 		for_  time.Duration
 		says  string // in each process's policy status LastError
 	}{
-		{"500s", "500", nil, span(40*time.Second, 25*time.Second), "500"},
-		{"a hang past the 30s fetch timeout", "hang", nil, 40 * time.Second, "Client.Timeout"},
-		{"a corrupt bundle", "bad", []byte("\x1f\x8b\x08\x00 this is no bundle"), 20 * time.Second, ""},
-		{"an unsigned bundle", "bad", policytest.Bundle(t, "5", bundleData(t, true, true)), 20 * time.Second, ""},
-		{"a rolled-back revision", "bad", policytest.SignedBundle(t, "1", bundleData(t, true, true), key), 20 * time.Second, "older"},
+		{"500s", "500", nil, span(20*time.Second, 25*time.Second), "500"},
+		{"a hang past the 30s fetch timeout", "hang", nil, 35 * time.Second, "Client.Timeout"},
+		{"a corrupt bundle", "bad", []byte("\x1f\x8b\x08\x00 this is no bundle"), 12 * time.Second, ""},
+		{"an unsigned bundle", "bad", policytest.Bundle(t, "5", bundleData(t, true, true)), 12 * time.Second, ""},
+		{"a rolled-back revision", "bad", policytest.SignedBundle(t, "1", bundleData(t, true, true), key), 12 * time.Second, ""},
 	}
 	if !full() {
 		phases = phases[:1]
 	}
 	faultStart := time.Now()
-	var saw []string
+	var saw, reasons []string
 	for _, p := range phases {
 		start := time.Now()
 		bs.set(p.fault, p.bad)
@@ -170,11 +182,12 @@ func TestBundleServerFaults(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if st.Revision != "2" || st.LastError == "" || !strings.Contains(st.LastError, p.says) {
-				t.Errorf("during %s the policy status in %s says revision %q, last error %q; want revision 2 and the failure (%q)", p.name, dir, st.Revision, st.LastError, p.says)
+			if st.Revision != "2" || st.LastErrorAt.Before(start) || !strings.Contains(st.LastError, p.says) {
+				t.Errorf("during %s the policy status in %s says revision %q, last error %q at %s; want revision 2 and this phase's failure (%q)",
+					p.name, dir, st.Revision, st.LastError, st.LastErrorAt.Format(time.RFC3339), p.says)
 			}
-			if p.fault == "bad" && st.Refused == 0 {
-				t.Errorf("during %s the policy status in %s counts no refused bundle", p.name, dir)
+			if len(st.Refusals) > 0 && dir == persist[0] {
+				reasons = append(reasons, fmt.Sprintf("%s: %s ×%d", p.name, st.Refusals[0].Reason, st.Refusals[0].Count))
 			}
 		}
 		saw = append(saw, fmt.Sprintf("%s for %s: %d GETs served, %d refused", p.name, p.for_, served, refused))
@@ -192,7 +205,7 @@ func TestBundleServerFaults(t *testing.T) {
 	v := checkInvariants(t, l, invariantsOpts{user: "alice", proxyDir: env.ProxyDataDir()})
 	report(t, figures{scenario: "bundle-server", saw: strings.Join(saw, "; ") + "; the policy stayed revision 2 throughout (" + time.Since(faultStart).Round(time.Second).String() + ")",
 		recovered: -1, v: v, extra: fmt.Sprintf("; good revision 3 active on proxy and worker %s after it was served", took.Round(100*time.Millisecond)) +
-			fmt.Sprintf(" (%s)", time.Since(fixed).Round(100*time.Millisecond))})
+			fmt.Sprintf(" (%s); the proxy's policy status named each: %s", time.Since(fixed).Round(100*time.Millisecond), strings.Join(reasons, ", "))})
 }
 
 // waitRevision waits until the policy status in every dir names revision

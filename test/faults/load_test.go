@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -249,7 +250,7 @@ func (l *load) refusals(from time.Time) []string {
 	count := map[string]int{}
 	for _, g := range l.gets {
 		if !g.served && !g.at.Before(from) {
-			count[fmt.Sprintf("%d %s", g.code, clip(g.msg, 160))]++
+			count[fmt.Sprintf("%d %s", g.code, clip(timestamps.ReplaceAllString(g.msg, "…"), 160))]++
 		}
 	}
 	var out []string
@@ -261,6 +262,10 @@ func (l *load) refusals(from time.Time) []string {
 	})
 	return out
 }
+
+// timestamps are the times in refusal messages, cut so that the same
+// refusal at another second counts as the same.
+var timestamps = regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ`)
 
 func clip(s string, n int) string {
 	if len(s) > n {
