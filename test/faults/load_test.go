@@ -316,15 +316,16 @@ func (l *load) refusedWithin(t *testing.T, from time.Time, within time.Duration,
 	}
 }
 
-// execBack waits until an exec started after from prints, and returns how
-// long after from its first line came; it fails the test after within.
+// execBack waits until an exec prints its first line after from (one
+// started before may have waited for the fault's end), and returns how
+// long after from that was; it fails the test after within.
 func (l *load) execBack(t *testing.T, from time.Time, within time.Duration) time.Duration {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for {
 		l.mu.Lock()
 		for _, r := range l.execs {
-			if !r.start.Before(from) && len(r.lines) > 0 {
+			if len(r.lines) > 0 && !r.firstLine.Before(from) {
 				l.mu.Unlock()
 				return r.firstLine.Sub(from)
 			}
