@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/limenhq/limen/gateway/audit"
@@ -84,31 +85,90 @@ func (r *proxyRouter) handleLocks(to Sender, set *locks.Set, reg *sessions.Regis
 
 // EventRelay delivers session events to the proxy's audit store over the
 // control stream (audit.MsgEvent) and reports success only once the proxy
-// acknowledged the event as stored. It is the Handler's Events.
+// acknowledged the event as stored. It is the Handler's Events. Run
+// delivers again, in the background, each session.end the proxy did not
+// store.
 type EventRelay struct {
 	Tunnel Requester
-	// Retry is the wait between two attempts while the tunnel is down;
+	// Retry is the wait between two attempts while the tunnel is down, and
+	// between two deliveries of a session.end the proxy did not store;
 	// 0 is DefaultEventRetry.
 	Retry time.Duration
+
+	laterOnce sync.Once
+	later     chan tunnel.Message
 }
 
 // DefaultEventRetry is how often EventRelay retries while the tunnel
 // reconnects.
 const DefaultEventRetry = 250 * time.Millisecond
 
+// maxLaterEvents bounds the session.end events waiting for the proxy's
+// audit trail to take them again.
+const maxLaterEvents = 4096
+
 // Send delivers ev and waits for its acknowledgement, retrying while the
 // tunnel is down or reconnecting, until ctx ends. Any other failure, and a
 // proxy that answers that it did not store the event, is returned at once:
-// the stream it belongs to must not start (or must end).
+// the stream it belongs to must not start (or must end). A session.end the
+// proxy did not store (its audit trail full or down) is also kept for Run
+// to deliver once the trail takes it: its stream is over, but the trail
+// must still say how it ended.
 func (r *EventRelay) Send(ctx context.Context, ev audit.Event) error {
 	m, err := tunnel.NewMessage(audit.MsgEvent, ev)
 	if err != nil {
 		return err
 	}
-	retry := r.Retry
-	if retry <= 0 {
-		retry = DefaultEventRetry
+	err = r.deliver(ctx, m)
+	var refused *refusedEventError
+	if errors.As(err, &refused) && ev.Type == audit.TypeSessionEnd {
+		select {
+		case r.laterQueue() <- m:
+			return fmt.Errorf("%w; delivering it again in the background", err)
+		default:
+			return fmt.Errorf("%w; %d session.end events already wait for the audit trail, so this one is dropped", err, maxLaterEvents)
+		}
 	}
+	return err
+}
+
+func (r *EventRelay) laterQueue() chan tunnel.Message {
+	r.laterOnce.Do(func() { r.later = make(chan tunnel.Message, maxLaterEvents) })
+	return r.later
+}
+
+// Run delivers the session.end events the proxy did not store, oldest
+// first, each until it is stored, until ctx ends.
+func (r *EventRelay) Run(ctx context.Context) {
+	later := r.laterQueue()
+	for {
+		var m tunnel.Message
+		select {
+		case <-ctx.Done():
+			return
+		case m = <-later:
+		}
+		for r.deliver(ctx, m) != nil {
+			t := time.NewTimer(r.retry())
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
+	}
+}
+
+func (r *EventRelay) retry() time.Duration {
+	if r.Retry <= 0 {
+		return DefaultEventRetry
+	}
+	return r.Retry
+}
+
+// deliver sends m once the tunnel is up and returns the proxy's answer.
+func (r *EventRelay) deliver(ctx context.Context, m tunnel.Message) error {
 	for {
 		reply, err := r.Tunnel.Request(ctx, m)
 		if err == nil {
@@ -117,7 +177,7 @@ func (r *EventRelay) Send(ctx context.Context, ev audit.Event) error {
 		if !errors.Is(err, tunnel.ErrNotConnected) && !errors.Is(err, tunnel.ErrTunnelClosed) {
 			return err
 		}
-		t := time.NewTimer(retry)
+		t := time.NewTimer(r.retry())
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -127,13 +187,18 @@ func (r *EventRelay) Send(ctx context.Context, ev audit.Event) error {
 	}
 }
 
+// refusedEventError is the proxy's answer that it did not store an event.
+type refusedEventError struct{ msg string }
+
+func (e *refusedEventError) Error() string { return "proxy did not store the event: " + e.msg }
+
 func checkEventAck(reply tunnel.Message) error {
 	var ack audit.EventAck
 	if err := reply.Decode(&ack); err != nil {
 		return fmt.Errorf("audit ack: %w", err)
 	}
 	if ack.Error != "" {
-		return fmt.Errorf("proxy did not store the event: %s", ack.Error)
+		return &refusedEventError{ack.Error}
 	}
 	return nil
 }

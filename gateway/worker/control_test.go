@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -162,5 +163,71 @@ func TestProxyRouter(t *testing.T) {
 	case m := <-out:
 		t.Fatalf("an unknown message was answered with %s", m.Type)
 	default:
+	}
+}
+
+// refusingTunnel stands in for a proxy whose audit store refuses the
+// first refuse events (a full disk, which a unit test cannot make), then
+// stores them; it counts what it stored by type. Safe for the relay's
+// background delivery.
+type refusingTunnel struct {
+	mu     sync.Mutex
+	refuse int
+	stored map[audit.Type]int
+}
+
+func (f *refusingTunnel) Request(_ context.Context, m tunnel.Message) (tunnel.Message, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.refuse > 0 {
+		f.refuse--
+		return m.Reply(audit.MsgEventAck, audit.EventAck{Error: "audit trail unavailable: disk full"})
+	}
+	var ev audit.Event
+	if err := m.Decode(&ev); err != nil {
+		return tunnel.Message{}, err
+	}
+	f.stored[ev.Type]++
+	return m.Reply(audit.MsgEventAck, audit.EventAck{})
+}
+
+func (f *refusingTunnel) count(typ audit.Type) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.stored[typ]
+}
+
+// TestEventRelayDeliversSessionEndLater: a session.end the proxy did not
+// store (its audit trail full) is still reported as not stored, and is
+// delivered again in the background until stored, exactly once; a
+// session.start is not (its stream was refused instead). Without it, a
+// stream that ended while the audit trail was full never has a session.end
+// (test/faults TestDiskFull/audit found it).
+func TestEventRelayDeliversSessionEndLater(t *testing.T) {
+	tun := &refusingTunnel{refuse: 5, stored: map[audit.Type]int{}}
+	r := &EventRelay{Tunnel: tun, Retry: time.Millisecond}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); r.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	start := testEvent()
+	if err := r.Send(ctx, start); err == nil {
+		t.Fatal("session.start refused by the proxy: Send returned nil")
+	}
+	end := testEvent()
+	end.Type = audit.TypeSessionEnd
+	if err := r.Send(ctx, end); err == nil || !strings.Contains(err.Error(), "did not store") {
+		t.Fatalf("session.end refused by the proxy: Send returned %v, want the refusal", err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for tun.count(audit.TypeSessionEnd) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the refused session.end was never delivered again")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if n, s := tun.count(audit.TypeSessionEnd), tun.count(audit.TypeSessionStart); n != 1 || s != 0 {
+		t.Fatalf("stored %d session.end and %d session.start, want 1 and 0", n, s)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -266,6 +267,22 @@ func (x *exchange) roundTrip(ctx context.Context, out *http.Request, s *session)
 		}
 		h.Logger.WarnContext(ctx, "forward to API server", "session", x.adm.req.SessionID, "err", err)
 		x.refuse(&refusal{code: http.StatusBadGateway, msg: "the Limen worker could not reach the API server"})
+		return nil
+	}
+	if resp.StatusCode == http.StatusUnauthorized {
+		// The API server authenticates the worker, never the user (who is
+		// impersonated): its token is expired, revoked or not this
+		// cluster's. An operator problem, told as one; the file is read
+		// again for the next request, in case it was rotated.
+		resp.Body.Close()
+		if h.TokenRefused != nil {
+			h.TokenRefused(strings.TrimPrefix(out.Header.Get("Authorization"), "Bearer "))
+		}
+		const msg = "the API server refused the Limen worker's ServiceAccount token (401: expired, revoked or not this cluster's); " +
+			"Limen reads it again for the next request: try again, and if this persists ask your operator to check the worker's token"
+		h.Logger.ErrorContext(ctx, "the API server refused the ServiceAccount token", "session", x.adm.req.SessionID)
+		s.finish(ctx, audit.EndNotStarted, errors.New(msg))
+		x.refuse(&refusal{code: http.StatusServiceUnavailable, msg: msg})
 		return nil
 	}
 	switched := resp.StatusCode == http.StatusSwitchingProtocols

@@ -72,6 +72,7 @@ type Server struct {
 	Sessions *sessions.Registry
 
 	uploader        *Uploader
+	relay           *EventRelay
 	policySource    string
 	shutdownTimeout time.Duration
 	handover        time.Duration
@@ -152,9 +153,10 @@ func New(ctx context.Context, c Config) (_ *Server, err error) {
 	}
 	s.uploader = NewUploader(spool, s.Tunnel, s.Tunnel.Connected, log.With("component", "upload"))
 	relay := &EventRelay{Tunnel: s.Tunnel}
+	s.relay = relay
 	s.Handler = &Handler{
 		Cluster: policy.Cluster{Name: id.Cluster, Labels: c.Labels}, GrantKey: id.GrantKey, Policy: pol, Scopes: pol,
-		Upstream: upstream, Transport: rt, Upgrades: upgrades, Token: tokens.Token, Impersonation: c.Impersonation,
+		Upstream: upstream, Transport: rt, Upgrades: upgrades, Token: tokens.Token, TokenRefused: tokens.Refused, Impersonation: c.Impersonation,
 		Locks: set, Sessions: s.Sessions,
 		Events: relay.Send, Spool: spool, Recorded: func(recording.Item) { s.uploader.Kick() },
 		RecordingMaxBytes: c.RecordingMaxBytes, Backlog: Backlog{Dir: backlog},
@@ -177,6 +179,7 @@ func (s *Server) Run(ctx context.Context) error {
 	defer stop()
 	wg.Go(func() { _ = s.Policy.Run(ctx) })
 	wg.Go(func() { _ = s.uploader.Run(live) })
+	wg.Go(func() { s.relay.Run(live) })
 	im := s.Handler.Impersonation
 	s.log.Info("worker started", "cluster", s.Handler.Cluster.Name, "api_server", s.Handler.Upstream.String(),
 		"policy", s.policySource, "kube_user_prefix", im.UserPrefix, "impersonation", cmp.Or(im.Mode, impersonate.ModeLegacy))

@@ -561,3 +561,46 @@ func TestUnreachableAPIServer(t *testing.T) {
 		t.Fatalf("stored %+v, want session.start and a session.end upstream_reset with the error", evs)
 	}
 }
+
+// TestAPIServerRefusesTheWorkerToken: a 401 from the API server is about
+// the worker's own ServiceAccount token (the user is impersonated, never
+// authenticated there), so the user gets 503 naming the token, not 401,
+// and the worker drops the token it read, taking a rotated file at once
+// instead of at its next timed read (test/faults TestServiceAccountToken
+// found a minute of 401s after a rotation that revoked the old token).
+func TestAPIServerRefusesTheWorkerToken(t *testing.T) {
+	b := newBench(t)
+	b.answer = func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusUnauthorized)
+		_, _ = io.WriteString(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","message":"Unauthorized","reason":"Unauthorized","code":401}`)
+	}
+	var refused []string
+	b.h.TokenRefused = func(tok string) { refused = append(refused, tok) }
+	tok, _ := b.grant(nil)
+	ev, resp, body := b.serve(tok, get(listPath))
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(body, "ServiceAccount token") {
+		t.Fatalf("%d %q; want 503 naming the worker's ServiceAccount token", resp.StatusCode, body)
+	}
+	if ev.Kube == nil || ev.Kube.Status != http.StatusServiceUnavailable {
+		t.Fatalf("kube.request %+v, want status 503", ev.Kube)
+	}
+	if len(refused) != 1 || refused[0] != "worker-sa-token" {
+		t.Fatalf("TokenRefused called with %q, want the token once", refused)
+	}
+}
+
+// TestClockBehindRefusesCleanly: a worker whose clock is an hour behind
+// refuses the grant as not yet valid, audited and answered; the header
+// deadline is elapsed time, not the clock of the checks, so the stream is
+// not cut before it is read (test/faults TestWorkerClockJumps found 502s
+// "read audit event from worker: EOF" with a clock set back).
+func TestClockBehindRefusesCleanly(t *testing.T) {
+	b := newBench(t)
+	b.h.Now = func() time.Time { return time.Now().Add(-time.Hour) }
+	tok, _ := b.grant(nil)
+	ev, resp, body := b.serve(tok, get(listPath))
+	if resp.StatusCode != http.StatusForbidden || !strings.Contains(body, "not yet valid") || ev.Type != audit.TypeAuthDenied {
+		t.Fatalf("%d %q, event %s; want 403 not yet valid, auth.denied", resp.StatusCode, body, ev.Type)
+	}
+}

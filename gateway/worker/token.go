@@ -51,3 +51,14 @@ func (t *TokenFile) Token() (string, error) {
 	t.token = strings.TrimSpace(string(b))
 	return t.token, nil
 }
+
+// Refused tells the TokenFile that the API server refused tok (401): if it
+// is the token in use, the next Token reads the file again at once, so that
+// a rotated file is taken without waiting for the timed re-read.
+func (t *TokenFile) Refused(tok string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if tok != "" && tok == t.token {
+		t.readAt = time.Time{}
+	}
+}

@@ -70,6 +70,9 @@ type Handler struct {
 	Transport http.RoundTripper
 	// Token returns the worker's current ServiceAccount token.
 	Token func() (string, error)
+	// TokenRefused, if set, is told of a token the API server refused
+	// (401), so that Token reads it again (TokenFile.Refused).
+	TokenRefused func(token string)
 	// Impersonation maps principals to Kubernetes user names and names the
 	// RBAC variant the cluster grants; the zero value is bare names, legacy.
 	Impersonation impersonate.Config
@@ -230,7 +233,9 @@ func (h *Handler) ServeStream(ctx context.Context, stream net.Conn) {
 // headerTimeout.
 func (h *Handler) readRequest(stream net.Conn) (*exchange, []byte, grant.Request, error) {
 	start := h.Now()
-	_ = stream.SetReadDeadline(start.Add(headerTimeout))
+	// Elapsed time, on the monotonic clock: not h.Now, the clock of the
+	// checks, which a test sets off.
+	_ = stream.SetReadDeadline(time.Now().Add(headerTimeout))
 	br := bufio.NewReader(stream) // large reads bypass the buffer; an idle stream holds only 4 KiB
 	token, err := readGrant(br)
 	if err != nil {

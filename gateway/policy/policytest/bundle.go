@@ -44,6 +44,24 @@ func Config(t testing.TB, data map[string]any) map[string]any {
 // InsecureSkipVerify: true}.
 func Bundle(t testing.TB, revision string, data map[string]any) []byte {
 	t.Helper()
+	return write(t, build(t, revision, data))
+}
+
+// SignedBundle is Bundle signed with the PEM private key (RS256, key id
+// "default", as `opa build --signing-key` signs), for a bundle service that
+// verifies signatures: pass the matching public key as
+// policy.Options.PublicKeyPEM.
+func SignedBundle(t testing.TB, revision string, data map[string]any, keyPEM []byte) []byte {
+	t.Helper()
+	b := build(t, revision, data)
+	if err := b.GenerateSignature(bundle.NewSigningConfig(string(keyPEM), "RS256", ""), "default", false); err != nil {
+		t.Fatalf("sign bundle: %v", err)
+	}
+	return write(t, b)
+}
+
+func build(t testing.TB, revision string, data map[string]any) bundle.Bundle {
+	t.Helper()
 	b := bundle.Bundle{Data: data, Manifest: bundle.Manifest{Revision: revision}}
 	err := fs.WalkDir(policies.FS(), ".", func(name string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() || !strings.HasSuffix(name, ".rego") {
@@ -64,6 +82,11 @@ func Bundle(t testing.TB, revision string, data map[string]any) []byte {
 		t.Fatalf("policies: %v", err)
 	}
 	b.Manifest.Init()
+	return b
+}
+
+func write(t testing.TB, b bundle.Bundle) []byte {
+	t.Helper()
 	var buf bytes.Buffer
 	if err := bundle.NewWriter(&buf).Write(b); err != nil {
 		t.Fatalf("write bundle: %v", err)
