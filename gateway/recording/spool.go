@@ -296,9 +296,15 @@ func (s *Spool) finish(id, sum string) error {
 }
 
 // writeFileSync writes a file atomically: temporary file, fsync, rename.
+// A temporary file of len(b) bytes already there (reserveSum's) is
+// overwritten in place, so that no new room is needed.
 func writeFileSync(name string, b []byte) error {
 	tmp := name + extPart
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	flags := os.O_WRONLY | os.O_CREATE | os.O_TRUNC
+	if fi, err := os.Stat(tmp); err == nil && fi.Size() == int64(len(b)) {
+		flags = os.O_WRONLY
+	}
+	f, err := os.OpenFile(tmp, flags, 0o600)
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package recording
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -36,11 +37,32 @@ func (s *Spool) Create(id string) (*File, error) {
 	if _, err := os.Stat(filepath.Join(s.dir, id+extCast)); err == nil {
 		return nil, fmt.Errorf("spool: recording %q already exists", id)
 	}
+	if err := reserveSum(filepath.Join(s.dir, id+extCast+extSum+extPart)); err != nil {
+		return nil, fmt.Errorf("spool: recording %s refused: reserve its checksum file: %w", id, err)
+	}
 	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("spool: %w", err)
 	}
 	return &File{s: s, id: id, f: f, sum: sha256.New()}, nil
+}
+
+// reserveSum writes the checksum file of a new recording, full size, before
+// its first byte: Commit then overwrites it in place, which needs no new
+// room, so a recording whose disk filled up under it still commits.
+func reserveSum(name string) error {
+	b := bytes.Repeat([]byte{'0'}, sumFileSize)
+	b[len(b)-1] = '\n'
+	f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		_ = os.Remove(name)
+		return err
+	}
+	return f.Close()
 }
 
 // File is a recording being written to the spool. Each Write is written
@@ -232,6 +254,7 @@ func (f *File) Discard() error {
 		return fmt.Errorf("spool discard %s: %w", f.id, errFileClosed)
 	}
 	cerr := f.close()
+	_ = os.Remove(filepath.Join(f.s.dir, f.id+extCast+extSum+extPart))
 	if err := os.Remove(f.f.Name()); err != nil {
 		return fmt.Errorf("spool discard %s: %w", f.id, err)
 	}
