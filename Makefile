@@ -8,7 +8,7 @@ LDFLAGS := -X github.com/limenhq/limen/gateway/buildinfo.Version=$(VERSION) \
            -X github.com/limenhq/limen/gateway/buildinfo.Commit=$(COMMIT)
 TEST_TIMEOUT ?= 25m
 
-.PHONY: demo help build test unit e2e e2e-constrained compat lint cluster-build cluster-up cluster-down cluster-env opa-test bundle bench bench-quick scale stress helm image console-player console-player-check
+.PHONY: demo help build test unit e2e e2e-constrained compat lint cluster-build cluster-up cluster-down cluster-env opa-test bundle bench bench-quick scale stress soak helm image console-player console-player-check
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -97,6 +97,16 @@ stress: cluster-build ## exec, cp, port-forward both ways on every transport via
 	LIMEN_STRESS_RUNS=$(STRESS_RUNS) LIMEN_STRESS_MIB=$(STRESS_MIB) LIMEN_STRESS_CONCURRENCY=$(STRESS_CONCURRENCY) \
 	  LIMEN_STRESS_REPORT=$(abspath $(STRESS_REPORT)) \
 	  $(GO) test -count=1 -v -timeout 4h -run '^TestStress$$' ./test/stress
+
+# make soak: not in make test (TestSoak skips without LIMEN_SOAK). SOAK_DURATION is a Go
+# duration, at most 24h.
+SOAK_DURATION ?= 1h
+SOAK_REPORT   ?= $(BIN)/soak-report.md
+
+soak: cluster-build ## idle watches, a followed log and a port-forward held open through Limen for SOAK_DURATION (1h) with traffic; fails on a drop or on memory/goroutine growth; report in SOAK_REPORT
+	@mkdir -p $(BIN)
+	LIMEN_SOAK=1 LIMEN_SOAK_DURATION=$(SOAK_DURATION) LIMEN_SOAK_REPORT=$(abspath $(SOAK_REPORT)) \
+	  $(GO) test -count=1 -v -timeout 25h -run '^TestSoak$$' ./test/soak
 
 OPA ?= $(GO) tool opa
 # The bundle signing key. The committed default is a TEST key (see bundles/README.md);
