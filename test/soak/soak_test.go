@@ -65,7 +65,7 @@ type stream struct {
 	last     int // the last value seen: the ConfigMap's n, or the log's tick
 	lastAt   time.Time
 	seen     int
-	stalled  bool // reported silent or behind; cleared by the next event
+	stalled  bool     // reported silent or behind; cleared by the next event
 	timeouts []string // ends by Kubernetes' own watch timeouts
 	drops    []string // every other end, gap and stall
 }
@@ -135,7 +135,7 @@ type soak struct {
 	changes   int       // ConfigMap updates done
 	changedAt time.Time // when the last one was
 	traffic   counters
-	samples []sample
+	samples   []sample
 }
 
 // counters count the periodic traffic and its failures.
