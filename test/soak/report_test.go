@@ -124,7 +124,7 @@ func (s *soak) report(started time.Time) report {
 	}
 	fmt.Fprintf(&b, "# Soak: streams held open through Limen\n\n")
 	fmt.Fprintf(&b, "%s to %s UTC (%s), commit %s, %s; load average (1, 5, 15 min) %s at the start, %s at the end.\n\n",
-		started.UTC().Format("2006-01-02 15:04"), end.UTC().Format("15:04"), s.cfg.duration, commit(), machine(),
+		started.UTC().Format("2006-01-02 15:04"), end.UTC().Format("15:04"), s.cfg.duration, s.commit, machine(),
 		first(s.samples).load, last(s.samples).load)
 	fmt.Fprintf(&b, "One proxy and one worker (test/gatewaytest) before test/cluster's kube-apiserver; the user alice through Limen.\n")
 	fmt.Fprintf(&b, "The API server runs without `--min-request-timeout`, so its default of %s applies: a watch that asks no `timeoutSeconds` "+

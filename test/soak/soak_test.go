@@ -129,6 +129,7 @@ type soak struct {
 	client  kubernetes.Interface // alice through Limen
 	echo    string               // the pod's echo port on the fake node
 	probes  []Probe
+	commit  string // the tree under test, read at the start
 
 	mu        sync.Mutex
 	streams   []*stream
@@ -166,7 +167,7 @@ func TestSoak(t *testing.T) {
 	}
 	cfg := loadConfig(t)
 	c := clustertest.Cluster(t)
-	s := &soak{t: t, cfg: cfg, kubectl: clustertest.Kubectl(t, "")}
+	s := &soak{t: t, cfg: cfg, kubectl: clustertest.Kubectl(t, ""), commit: commit()}
 	s.env, s.probes = startGateway(t, c)
 	s.ns = clustertest.Namespace(t)
 	s.echo = serveEcho(t)
