@@ -8,7 +8,7 @@ LDFLAGS := -X github.com/limenhq/limen/gateway/buildinfo.Version=$(VERSION) \
            -X github.com/limenhq/limen/gateway/buildinfo.Commit=$(COMMIT)
 TEST_TIMEOUT ?= 25m
 
-.PHONY: demo help build test unit e2e e2e-constrained compat lint cluster-build cluster-up cluster-down cluster-env opa-test bundle bench bench-quick scale stress soak helm image console-player console-player-check
+.PHONY: demo help build test unit e2e e2e-constrained compat lint cluster-build cluster-up cluster-down cluster-env opa-test bundle bench bench-quick scale stress soak crowd helm image console-player console-player-check
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -107,6 +107,15 @@ soak: cluster-build ## idle watches, a followed log and a port-forward held open
 	@mkdir -p $(BIN)
 	LIMEN_SOAK=1 LIMEN_SOAK_DURATION=$(SOAK_DURATION) LIMEN_SOAK_REPORT=$(abspath $(SOAK_REPORT)) \
 	  $(GO) test -count=1 -v -timeout 25h -run '^TestSoak$$' ./test/soak
+
+# make crowd: the slice inside make test is `go test ./test/crowd` (50 streams).
+CROWD_STREAMS ?= 1000
+CROWD_REPORT  ?= $(BIN)/crowd-report.md
+
+crowd: cluster-build ## CROWD_STREAMS (1000) watches, followed logs and execs through one proxy and worker, then one lock: each ends within 1 s, memory and goroutines back to baseline; report in CROWD_REPORT
+	@mkdir -p $(BIN)
+	LIMEN_CROWD=1 LIMEN_CROWD_STREAMS=$(CROWD_STREAMS) LIMEN_CROWD_REPORT=$(abspath $(CROWD_REPORT)) \
+	  $(GO) test -count=1 -v -timeout 1h -run '^TestCrowd$$' ./test/crowd
 
 OPA ?= $(GO) tool opa
 # The bundle signing key. The committed default is a TEST key (see bundles/README.md);
