@@ -86,6 +86,9 @@ func (r *run) report(n int, base, peak, after reading, lat, fromStart latencies,
 		rep.failures = append(rep.failures, fmt.Sprintf("%d of %d streams ended later than %s after the lock (max %s)", over, n, endWithin, ms(mx)))
 	}
 
+	if c := told[kindSPDY]["a clean end (no error)"] + told[kindExec]["a clean end (no error)"]; c > 0 {
+		fmt.Fprintf(&b, "\nNote: %d exec clients were told nothing of the lock: their stream ended as a command that exits 0 does.\n", c)
+	}
 	fmt.Fprintf(&b, "\n## Proxy and worker\n\nRSS from /proc/PID/status; heap = HeapInuse right after a forced GC; goroutines; from each process's pprof (--debug-listen). "+
 		"Baseline after a warm-up (one stream of each kind opened and closed); after = once within the bounds, or %s after the last end (took %s).\n\n", settleWithin, settle.Round(time.Second))
 	fmt.Fprintf(&b, "| process | figure | baseline | %d streams open | after | bound over baseline |\n|---|---|---|---|---|---|\n", n)
