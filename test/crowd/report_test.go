@@ -89,12 +89,13 @@ func (r *run) report(n int, base, peak, after reading, lat, fromStart latencies,
 	if c := told[kindSPDY]["a clean end (no error)"] + told[kindExec]["a clean end (no error)"]; c > 0 {
 		fmt.Fprintf(&b, "\nNote: %d exec clients were told nothing of the lock: their stream ended as a command that exits 0 does.\n", c)
 	}
-	fmt.Fprintf(&b, "\n## Proxy and worker\n\nRSS from /proc/PID/status; heap = HeapInuse right after a forced GC; goroutines; from each process's pprof (--debug-listen). "+
+	fmt.Fprintf(&b, "\n## Proxy and worker\n\nRSS from /proc/PID/status; live heap = HeapAlloc and heap spans = HeapInuse, right after a forced GC; goroutines; from each process's pprof (--debug-listen). "+
 		"Baseline after a warm-up (one stream of each kind opened and closed); after = once within the bounds, or %s after the last end (took %s).\n\n", settleWithin, settle.Round(time.Second))
 	fmt.Fprintf(&b, "| process | figure | baseline | %d streams open | after | bound over baseline |\n|---|---|---|---|---|---|\n", n)
 	for i, p := range probeNames {
 		fmt.Fprintf(&b, "| %s | RSS MiB | %s | %s | %s | +%s |\n", p, soak.MiB(base[i].RSS), soak.MiB(peak[i].RSS), soak.MiB(after[i].RSS), soak.MiB(boundRSS))
-		fmt.Fprintf(&b, "| %s | heap MiB | %s | %s | %s | +%s |\n", p, soak.MiB(base[i].HeapInuse), soak.MiB(peak[i].HeapInuse), soak.MiB(after[i].HeapInuse), soak.MiB(boundHeap))
+		fmt.Fprintf(&b, "| %s | live heap MiB | %s | %s | %s | +%s |\n", p, soak.MiB(base[i].HeapAlloc), soak.MiB(peak[i].HeapAlloc), soak.MiB(after[i].HeapAlloc), soak.MiB(boundHeap))
+		fmt.Fprintf(&b, "| %s | heap spans MiB | %s | %s | %s | (not bounded) |\n", p, soak.MiB(base[i].HeapInuse), soak.MiB(peak[i].HeapInuse), soak.MiB(after[i].HeapInuse))
 		fmt.Fprintf(&b, "| %s | goroutines | %d | %d | %d | +%d |\n", p, base[i].Goroutines, peak[i].Goroutines, after[i].Goroutines, boundGoroutines)
 	}
 	rep.failures = append(rep.failures, overBounds(base, after)...)

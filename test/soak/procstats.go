@@ -12,6 +12,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -32,6 +33,7 @@ type Probe struct {
 type Stats struct {
 	RSS        int64 // bytes resident (VmRSS)
 	HeapInuse  int64 // bytes in in-use heap spans, right after a forced GC
+	HeapAlloc  int64 // bytes of live heap objects, right after a forced GC
 	Goroutines int
 }
 
@@ -52,7 +54,10 @@ func (p Probe) Read(ctx context.Context) (Stats, error) {
 	if err != nil {
 		return s, err
 	}
-	if s.HeapInuse, err = heapInuse(heap); err != nil {
+	if s.HeapInuse, err = memStat(heap, "HeapInuse"); err != nil {
+		return s, fmt.Errorf("%s: %w", p.Name, err)
+	}
+	if s.HeapAlloc, err = memStat(heap, "HeapAlloc"); err != nil {
 		return s, fmt.Errorf("%s: %w", p.Name, err)
 	}
 	gr, err := p.get(ctx, "goroutine?debug=1")
@@ -88,16 +93,17 @@ func (p Probe) get(ctx context.Context, profile string) (string, error) {
 	return string(b), nil
 }
 
-// heapInuse reads "# HeapInuse = N" from the text form of a heap profile.
-func heapInuse(profile string) (int64, error) {
+// memStat reads "# NAME = N" (runtime.MemStats) from the text form of a
+// heap profile.
+func memStat(profile, name string) (int64, error) {
 	sc := bufio.NewScanner(strings.NewReader(profile))
 	sc.Buffer(make([]byte, 64<<10), 4<<20)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "# HeapInuse = "); ok {
+		if v, ok := strings.CutPrefix(sc.Text(), "# "+name+" = "); ok {
 			return strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 		}
 	}
-	return 0, fmt.Errorf("heap profile has no HeapInuse line")
+	return 0, fmt.Errorf("heap profile has no %s line", name)
 }
 
 // goroutineTotal reads "goroutine profile: total N", the first line of the
@@ -145,3 +151,13 @@ func Slope(xs, ys []float64) float64 {
 
 // MiB formats bytes as MiB with one decimal.
 func MiB(b int64) string { return fmt.Sprintf("%.1f", float64(b)/(1<<20)) }
+
+// SaveHeap writes the process's heap profile (after a GC) to path, for go
+// tool pprof (-base another to see what a run left behind).
+func (p Probe) SaveHeap(ctx context.Context, path string) error {
+	b, err := p.get(ctx, "heap?gc=1")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, []byte(b), 0o644)
+}

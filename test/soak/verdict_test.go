@@ -70,10 +70,10 @@ func TestParseProfiles(t *testing.T) {
 	if _, err := goroutineTotal("<html>"); err == nil {
 		t.Error("goroutineTotal accepted a page that is no profile")
 	}
-	if n, err := heapInuse("heap profile: 1: 2 [3: 4] @ heap/1048576\n\n# runtime.MemStats\n# HeapAlloc = 10\n# HeapInuse = 2048\n"); err != nil || n != 2048 {
-		t.Errorf("heapInuse = %d, %v", n, err)
+	if n, err := memStat("heap profile: 1: 2 [3: 4] @ heap/1048576\n\n# runtime.MemStats\n# HeapAlloc = 10\n# HeapInuse = 2048\n", "HeapInuse"); err != nil || n != 2048 {
+		t.Errorf("memStat(HeapInuse) = %d, %v", n, err)
 	}
-	if _, err := heapInuse("# HeapAlloc = 10\n"); err == nil {
-		t.Error("heapInuse found a figure that is not there")
+	if _, err := memStat("# HeapAlloc = 10\n", "HeapInuse"); err == nil {
+		t.Error("memStat found a figure that is not there")
 	}
 }
