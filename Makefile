@@ -8,7 +8,7 @@ LDFLAGS := -X github.com/limenhq/limen/gateway/buildinfo.Version=$(VERSION) \
            -X github.com/limenhq/limen/gateway/buildinfo.Commit=$(COMMIT)
 TEST_TIMEOUT ?= 25m
 
-.PHONY: demo help build test unit e2e e2e-constrained compat lint cluster-build cluster-up cluster-down cluster-env opa-test bundle bench bench-quick scale stress chaos helm image console-player console-player-check
+.PHONY: demo help build test unit e2e e2e-constrained compat lint cluster-build cluster-up cluster-down cluster-env opa-test bundle bench bench-quick scale stress chaos soak crowd helm image console-player console-player-check
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -103,7 +103,7 @@ stress: cluster-build ## exec, cp, port-forward both ways on every transport via
 # (test/faults), each with its figures appended to CHAOS_REPORT, emptied first. make test
 # runs one slice of each (the worker kill, the bundle server's 500s).
 CHAOS_REPORT ?= $(BIN)/chaos-report.md
-CHAOS_PKGS   := ./test/chaos $(if $(wildcard test/faults),./test/faults)
+CHAOS_PKGS   := ./test/chaos ./test/faults
 
 chaos: cluster-build ## every crash and fault scenario under load, invariants checked (< 20 min); figures in CHAOS_REPORT (bin/chaos-report.md)
 	@mkdir -p $(BIN)
@@ -111,6 +111,25 @@ chaos: cluster-build ## every crash and fault scenario under load, invariants ch
 	LIMEN_CHAOS=1 CHAOS_REPORT=$(abspath $(CHAOS_REPORT)) \
 	  $(GO) test -count=1 -v -p 1 -timeout 20m $(CHAOS_PKGS)
 	@echo "chaos figures: $(CHAOS_REPORT)"
+
+# make soak: not in make test (TestSoak skips without LIMEN_SOAK). SOAK_DURATION is a Go
+# duration, at most 24h.
+SOAK_DURATION ?= 1h
+SOAK_REPORT   ?= $(BIN)/soak-report.md
+
+soak: cluster-build ## idle watches, a followed log and a port-forward held open through Limen for SOAK_DURATION (1h) with traffic; fails on a drop or on memory/goroutine growth; report in SOAK_REPORT
+	@mkdir -p $(BIN)
+	LIMEN_SOAK=1 LIMEN_SOAK_DURATION=$(SOAK_DURATION) LIMEN_SOAK_REPORT=$(abspath $(SOAK_REPORT)) \
+	  $(GO) test -count=1 -v -timeout 25h -run '^TestSoak$$' ./test/soak
+
+# make crowd: the slice inside make test is `go test ./test/crowd` (50 streams).
+CROWD_STREAMS ?= 1000
+CROWD_REPORT  ?= $(BIN)/crowd-report.md
+
+crowd: cluster-build ## CROWD_STREAMS (1000) watches, followed logs and execs through one proxy and worker, then one lock: each ends within 1 s, memory and goroutines back to baseline; report in CROWD_REPORT
+	@mkdir -p $(BIN)
+	LIMEN_CROWD=1 LIMEN_CROWD_STREAMS=$(CROWD_STREAMS) LIMEN_CROWD_REPORT=$(abspath $(CROWD_REPORT)) \
+	  $(GO) test -count=1 -v -timeout 1h -run '^TestCrowd$$' ./test/crowd
 
 OPA ?= $(GO) tool opa
 # The bundle signing key. The committed default is a TEST key (see bundles/README.md);
