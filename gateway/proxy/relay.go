@@ -12,6 +12,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/limenhq/limen/gateway/audit"
@@ -166,61 +167,22 @@ func (k *Kube) relayUpgrade(resp *http.Response) error {
 	}
 	body.upgraded = true
 	client := gatheredConn{Conn: relay.NetConn(conn, brw.Reader), w: tunnel.GatherWrites(conn)}
-	relay.Run(resp.Request.Context(), client, body, relay.Copy, body.toClient(resp.Header, conn))
+	// An end from outside (a lock, a kill, the grant's expiry) first tells
+	// the client why, then closes both connections. The worker tells it
+	// too, but its word may not cross the tunnel before this hop closes it:
+	// 194 of 200 WebSocket execs had only "close 1006", and every SPDY exec
+	// a clean exit 0, after one lock over 1,000 streams (make crowd).
+	ctx := resp.Request.Context()
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	stopTell := context.AfterFunc(ctx, func() {
+		body.tellEnd(client, conn, context.Cause(ctx))
+		cancel()
+	})
+	defer stopTell()
+	toClient := body.toClient(resp.Header, client, conn)
+	relay.Run(rctx, client, body, body.fromClient, toClient)
 	return errUpgraded
-}
-
-// tellLostTimeout bounds the write of the status that tells a client its
-// worker was lost: a client that reads nothing must not delay the end.
-const tellLostTimeout = 500 * time.Millisecond
-
-// toClient is the flow of an upgraded stream's bytes from the worker to the
-// client. For an exec or attach it follows the frames (decode, the
-// worker's decoders, fed a copy of the bytes, never changing them), so
-// that when the tunnel dies under the stream between two frames the client
-// gets a failure status that says the worker was lost, where kubectl would
-// otherwise print only a broken connection; then the session ends as
-// worker_lost. A stream it cannot follow (port-forward, a protocol it
-// cannot decode, a decoder that refuses the bytes) is copied as it is, and
-// its client learns of the loss from the connection alone.
-func (b *streamBody) toClient(hdr http.Header, client net.Conn) relay.Flow {
-	pair, err := decode.ForResponse(hdr, stream.NopHandler{})
-	if err != nil || strings.Contains(pair.Protocol, "portforward") {
-		pair = nil
-	}
-	return func(dst io.Writer, src io.Reader) error {
-		buf := make([]byte, 64<<10)
-		for {
-			n, rerr := src.Read(buf)
-			if n > 0 {
-				if pair != nil {
-					if _, err := pair.Server.Write(buf[:n]); err != nil {
-						pair = nil // follow no further; relay on
-					}
-				}
-				if _, err := dst.Write(buf[:n]); err != nil {
-					return err
-				}
-			}
-			if rerr == nil {
-				continue
-			}
-			if lost := b.lostErr(rerr); lost != nil {
-				b.live.LoseAfter(lost, func() {
-					if pair != nil && pair.Server.Pending() == 0 {
-						if f := pair.Failure("Limen: " + lost.Error()); f != nil {
-							_ = client.SetWriteDeadline(time.Now().Add(tellLostTimeout))
-							_, _ = dst.Write(f)
-						}
-					}
-				})
-			}
-			if rerr == io.EOF {
-				return nil
-			}
-			return rerr
-		}
-	}
 }
 
 // gatheredConn is the client's side of an upgraded stream: each chunk
@@ -232,6 +194,148 @@ type gatheredConn struct {
 }
 
 func (c gatheredConn) Write(p []byte) (int, error) { return c.w.Write(p) }
+
+// tellTimeout bounds the write of the status that tells a client why its
+// stream ends: a client that reads nothing must not delay the end.
+const tellTimeout = 500 * time.Millisecond
+
+// exitWatch notes the exit status of the exec or attach the proxy relays:
+// after it, nothing more may be said to the client.
+type exitWatch struct {
+	stream.NopHandler
+	seen atomic.Bool
+}
+
+func (e *exitWatch) Exit(stream.ExitStatus) error { e.seen.Store(true); return nil }
+
+// toClient is the flow of an upgraded stream's bytes from the worker to the
+// client. For an exec or attach it follows the frames (decode, the
+// worker's decoders, fed a copy of the bytes, never changing them), so
+// that when the stream ends under the client between two frames — the
+// tunnel dying under it, or a lock, kill or expiry at this hop — the client
+// gets a failure status that says why (tell), where kubectl would otherwise
+// print only a broken connection or, over SPDY, exit 0. A stream it cannot
+// follow (port-forward, a protocol it cannot decode, a decoder that refuses
+// the bytes) is copied as it is, and its client learns of the end from the
+// connection alone.
+func (b *streamBody) toClient(hdr http.Header, client io.Writer, conn net.Conn) relay.Flow {
+	exits := &exitWatch{}
+	pair, err := decode.ForResponse(hdr, exits)
+	if err == nil && !strings.Contains(pair.Protocol, "portforward") {
+		b.pair, b.exits = pair, exits
+	}
+	return func(dst io.Writer, src io.Reader) error {
+		buf := make([]byte, 64<<10)
+		for {
+			n, rerr := src.Read(buf)
+			if n > 0 {
+				if err := b.relayChunk(dst, buf[:n]); err != nil {
+					return err
+				}
+			}
+			if rerr == nil {
+				continue
+			}
+			if lost := b.lostErr(rerr); lost != nil {
+				b.live.LoseAfter(lost, func() { b.tell(client, conn, "Limen: "+lost.Error()) })
+			}
+			if rerr == io.EOF {
+				return nil
+			}
+			return rerr
+		}
+	}
+}
+
+// fromClient is the flow of an upgraded stream's bytes from the client to
+// the worker. For an exec or attach it follows the frames too: over SPDY the
+// client opens the error stream, and a failure status can only be told on
+// it (tell) once this hop has seen which one it is.
+func (b *streamBody) fromClient(dst io.Writer, src io.Reader) error {
+	buf := make([]byte, 32<<10)
+	for {
+		n, rerr := src.Read(buf)
+		if n > 0 {
+			b.follow(buf[:n])
+			if _, err := dst.Write(buf[:n]); err != nil {
+				return err
+			}
+		}
+		if rerr == io.EOF {
+			return nil
+		}
+		if rerr != nil {
+			return rerr
+		}
+	}
+}
+
+// follow feeds the client's bytes p to the client decoder; one it refuses
+// ends the following of both directions (the bytes are relayed still).
+func (b *streamBody) follow(p []byte) {
+	b.wmu.Lock()
+	pair := b.pair
+	b.wmu.Unlock()
+	if pair == nil {
+		return
+	}
+	if _, err := pair.Client.Write(p); err != nil {
+		b.wmu.Lock()
+		b.pair = nil
+		b.wmu.Unlock()
+	}
+}
+
+// relayChunk passes p on to the client, following its frames; nothing
+// after the client was told the stream ends.
+func (b *streamBody) relayChunk(dst io.Writer, p []byte) error {
+	b.wmu.Lock()
+	defer b.wmu.Unlock()
+	if b.told {
+		return errTold
+	}
+	if b.pair != nil {
+		if _, err := b.pair.Server.Write(p); err != nil {
+			b.pair = nil // follow no further; relay on
+		}
+	}
+	_, err := dst.Write(p)
+	return err
+}
+
+// errTold ends the flow of a stream whose client was told it ended.
+var errTold = errors.New("the client was told the stream ended")
+
+// tellEnd tells the client of a session this hop ended from outside (a
+// lock, a kill, the grant's expiry, a shutdown, a stale lock view: cause is
+// a *sessions.Ended) why. The client's own end and the stream's are not
+// told, and a lost worker is told by toClient.
+func (b *streamBody) tellEnd(client io.Writer, conn net.Conn, cause error) {
+	var ended *sessions.Ended
+	if !errors.As(cause, &ended) {
+		return
+	}
+	switch ended.Reason {
+	case sessions.ReasonClientClosed, sessions.ReasonCompleted, sessions.ReasonWorkerLost:
+		return
+	}
+	b.tell(client, conn, "Limen: "+ended.Error())
+}
+
+// tell writes a failure status saying msg to the client, once, only
+// between two frames and before the command's exit status.
+func (b *streamBody) tell(client io.Writer, conn net.Conn, msg string) {
+	b.wmu.Lock()
+	defer b.wmu.Unlock()
+	if b.told || b.pair == nil || b.exits.seen.Load() || b.pair.Server.Pending() != 0 {
+		return
+	}
+	b.told = true
+	if f := b.pair.Failure(msg); f != nil {
+		_ = conn.SetWriteDeadline(time.Now().Add(tellTimeout))
+		_, _ = client.Write(f)
+	}
+}
 
 // streamTransport sends one request over its tunnel stream and relays the
 // answer only once the proxy's record of the request is durable. The record
@@ -407,6 +511,13 @@ type streamBody struct {
 	// worker is lost, once it has told the client.
 	upgraded bool
 	once     sync.Once
+
+	// Of an exec or attach (toClient): its frames, followed; its exit
+	// status; and whether the client was told why the stream ended.
+	wmu   sync.Mutex
+	pair  *decode.Pair
+	exits *exitWatch
+	told  bool
 }
 
 func (b *streamBody) Read(p []byte) (int, error) {

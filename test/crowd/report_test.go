@@ -88,6 +88,8 @@ func (r *run) report(n int, base, peak, after reading, lat, fromStart latencies,
 
 	if c := told[kindSPDY]["a clean end (no error)"] + told[kindExec]["a clean end (no error)"]; c > 0 {
 		fmt.Fprintf(&b, "\nNote: %d exec clients were told nothing of the lock: their stream ended as a command that exits 0 does.\n", c)
+		// DESIGN.md: a stream Limen ends is never a clean exit 0.
+		rep.failures = append(rep.failures, fmt.Sprintf("%d exec clients saw a clean end (exit 0) of a stream the lock ended", c))
 	}
 	fmt.Fprintf(&b, "\n## Proxy and worker\n\nRSS from /proc/PID/status; live heap = HeapAlloc and heap spans = HeapInuse, right after a forced GC; goroutines; from each process's pprof (--debug-listen). "+
 		"Baseline after a warm-up (one stream of each kind opened and closed); after = once within the bounds, or %s after the last end (took %s).\n\n", settleWithin, settle.Round(time.Second))
