@@ -61,7 +61,8 @@ func checkInvariants(t *testing.T, l *load, o invariantsOpts) verdict {
 	events := auditEvents(t, o.proxyDir, o.user)
 
 	// Every GET its client saw served is in the trail exactly once: its
-	// record (kube.sent, durable before the response was relayed). Its
+	// record (kube.sent, durable before the response was relayed) or, as
+	// Search folds the two, its outcome. Its
 	// outcome (kube.request, the API server's 404: probe-N does not exist)
 	// follows without being waited for, so a trail that fails between the
 	// two leaves the record flagged outcome unknown, as designed (the
@@ -70,15 +71,27 @@ func checkInvariants(t *testing.T, l *load, o invariantsOpts) verdict {
 	// request, with a record of its own.
 	count := func(evs []audit.Event) (records, outcomes map[string]int) {
 		records, outcomes = map[string]int{}, map[string]int{}
+		// A kube.sent names the request by its path; the probes' is
+		// …/namespaces/NS/configmaps/probe-N.
+		prefix := "/api/v1/namespaces/" + l.ns + "/configmaps/probe-"
 		for _, ev := range evs {
-			if ev.Kube == nil || ev.Kube.Namespace != l.ns || !strings.HasPrefix(ev.Kube.Name, "probe-") {
+			if ev.Kube == nil {
 				continue
 			}
+			i := strings.Index(ev.Kube.Path, prefix)
+			if i < 0 {
+				continue
+			}
+			name := ev.Kube.Path[i+len(prefix)-len("probe-"):]
+			// Search returns a kube.sent only when its outcome is not
+			// stored (OutcomeUnknown): otherwise the kube.request stands
+			// for both.
 			switch {
-			case ev.Type == audit.TypeKubeSent:
-				records[ev.Kube.Name]++
+			case ev.Type == audit.TypeKubeSent && ev.OutcomeUnknown:
+				records[name]++
 			case ev.Type == audit.TypeKubeRequest && ev.Kube.Status == 404:
-				outcomes[ev.Kube.Name]++
+				records[name]++
+				outcomes[name]++
 			}
 		}
 		return records, outcomes
