@@ -143,7 +143,7 @@ func StartWith(ctx context.Context, c *controlplane.Cluster, dir string, log io.
 	if opts.Proxies > 1 && opts.DatabaseURL == "" {
 		return nil, fmt.Errorf("gatewaytest: %d proxies need Options.DatabaseURL, a store they share", opts.Proxies)
 	}
-	root, err := repoRoot()
+	root, err := RepoRoot()
 	if err != nil {
 		return nil, err
 	}
@@ -728,7 +728,8 @@ func (e *Env) Stop() {
 	}
 }
 
-func repoRoot() (string, error) {
+// RepoRoot is the directory of the Limen checkout the tests run from.
+func RepoRoot() (string, error) {
 	_, file, _, ok := runtime.Caller(0)
 	if !ok {
 		return "", fmt.Errorf("cannot locate the repository")

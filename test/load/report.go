@@ -5,11 +5,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/limenhq/limen/test/gatewaytest"
 )
 
 // ReportEnv names the file the failure scenarios append their figures to;
@@ -65,7 +66,7 @@ func ReportPath() (string, error) {
 	if p := os.Getenv(ReportEnv); p != "" {
 		return p, nil
 	}
-	root, err := repoRoot()
+	root, err := gatewaytest.RepoRoot()
 	if err != nil {
 		return "", err
 	}
@@ -86,7 +87,7 @@ func LoadAverage() string {
 }
 
 func commit() string {
-	root, err := repoRoot()
+	root, err := gatewaytest.RepoRoot()
 	if err != nil {
 		return "unknown"
 	}
@@ -95,16 +96,4 @@ func commit() string {
 		return "unknown"
 	}
 	return strings.TrimSpace(string(out))
-}
-
-func repoRoot() (string, error) {
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		return "", fmt.Errorf("cannot locate the repository")
-	}
-	root := filepath.Join(filepath.Dir(file), "..", "..")
-	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
-		return "", fmt.Errorf("repository root not found at %s: %w", root, err)
-	}
-	return root, nil
 }
