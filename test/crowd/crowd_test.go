@@ -26,9 +26,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/remotecommand"
 
-	"github.com/limenhq/limen/gateway/recstore"
 	"github.com/limenhq/limen/test/cluster/clustertest"
-	"github.com/limenhq/limen/test/cluster/controlplane"
 	"github.com/limenhq/limen/test/gatewaytest"
 	"github.com/limenhq/limen/test/soak"
 )
@@ -112,7 +110,9 @@ func TestCrowd(t *testing.T) {
 	n := streams(t)
 	c := clustertest.Cluster(t)
 	r := &run{t: t}
-	r.env, r.probes = startGateway(t, c, n)
+	// The proxy lets n+64 connections come from one address: each exec is
+	// a connection of its own (an HTTP/1.1 upgrade), all from loopback.
+	r.env, r.probes = soak.StartGateway(t, c, "crowd", "--max-conns-per-ip", strconv.Itoa(n+64))
 	r.ns = clustertest.Namespace(t)
 	clustertest.RunPod(t, r.ns, "talker", []string{"sh", "-c", "while :; do echo tick; sleep 1; done"}, false)
 	clustertest.RunPod(t, r.ns, "shell", []string{"sleep", "infinity"}, false)
@@ -173,41 +173,6 @@ func TestCrowd(t *testing.T) {
 	for _, f := range rep.failures {
 		t.Error(f)
 	}
-}
-
-// startGateway starts a proxy and worker of their own, serving pprof for
-// the probes. The proxy lets n+64 connections come from one address: each
-// exec is a connection of its own (an HTTP/1.1 upgrade), and all of them
-// come from loopback here.
-func startGateway(t *testing.T, c *controlplane.Cluster, n int) (*gatewaytest.Env, []soak.Probe) {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "limen-crowd-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	pd, err1 := soak.FreeAddr()
-	wd, err2 := soak.FreeAddr()
-	if err := errors.Join(err1, err2); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	env, err := gatewaytest.StartWith(ctx, c, dir, os.Stderr, gatewaytest.Options{
-		ProxyArgs:  []string{"--debug-listen", pd, "--max-conns-per-ip", strconv.Itoa(n + 64)},
-		WorkerArgs: []string{"--debug-listen", wd}})
-	if err != nil {
-		t.Fatalf("start limen: %v (logs in %s)", err, dir)
-	}
-	t.Cleanup(func() {
-		env.Stop()
-		if t.Failed() {
-			_ = os.RemoveAll(recstore.Path(env.ProxyDataDir()))
-			t.Logf("limen's logs and audit store are kept in %s", dir)
-			return
-		}
-		_ = os.RemoveAll(dir)
-	})
-	return env, []soak.Probe{{Name: "proxy", PID: env.ProxyPID, Debug: pd}, {Name: "worker", PID: env.WorkerPID, Debug: wd}}
 }
 
 // login makes alice's client-go config through Limen: one HTTP client

@@ -26,9 +26,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/limenhq/limen/gateway/recstore"
 	"github.com/limenhq/limen/test/cluster/clustertest"
-	"github.com/limenhq/limen/test/cluster/controlplane"
 	"github.com/limenhq/limen/test/gatewaytest"
 )
 
@@ -168,7 +166,7 @@ func TestSoak(t *testing.T) {
 	cfg := loadConfig(t)
 	c := clustertest.Cluster(t)
 	s := &soak{t: t, cfg: cfg, kubectl: clustertest.Kubectl(t, ""), commit: commit()}
-	s.env, s.probes = startGateway(t, c)
+	s.env, s.probes = StartGateway(t, c, "soak")
 	s.ns = clustertest.Namespace(t)
 	s.echo = serveEcho(t)
 	clustertest.RunPod(t, s.ns, podName, []string{"sh", "-c", "i=0; while :; do i=$((i+1)); echo tick-$i; sleep 1; done"}, false)
@@ -263,39 +261,6 @@ func TestSoak(t *testing.T) {
 	for _, f := range rep.failures {
 		t.Error(f)
 	}
-}
-
-// startGateway starts a proxy and worker of their own, each serving pprof
-// on a loopback port for the probes; their logs are kept when the test
-// fails.
-func startGateway(t *testing.T, c *controlplane.Cluster) (*gatewaytest.Env, []Probe) {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "limen-soak-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	pd, err1 := FreeAddr()
-	wd, err2 := FreeAddr()
-	if err := errors.Join(err1, err2); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	env, err := gatewaytest.StartWith(ctx, c, dir, os.Stderr, gatewaytest.Options{
-		ProxyArgs: []string{"--debug-listen", pd}, WorkerArgs: []string{"--debug-listen", wd}})
-	if err != nil {
-		t.Fatalf("start limen: %v (logs in %s)", err, dir)
-	}
-	t.Cleanup(func() {
-		env.Stop()
-		if t.Failed() {
-			_ = os.RemoveAll(recstore.Path(env.ProxyDataDir()))
-			t.Logf("limen's logs and audit store are kept in %s", dir)
-			return
-		}
-		_ = os.RemoveAll(dir)
-	})
-	return env, []Probe{{Name: "proxy", PID: env.ProxyPID, Debug: pd}, {Name: "worker", PID: env.WorkerPID, Debug: wd}}
 }
 
 // serveEcho listens on a loopback port, which the fake node's pods share,
