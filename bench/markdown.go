@@ -91,6 +91,7 @@ func (r *Results) Markdown(w io.Writer) {
 	t.write(w)
 	r.tracingTable(w)
 	r.streamTable(w)
+	r.streamBudgetTable(w)
 	if len(r.Notes) > 0 {
 		fmt.Fprintf(w, "\n## Notes\n\nWith the warnings the proxy and worker logged; some come from the harness closing watches and ending a load mid-request.\n\n")
 		for _, n := range r.Notes {
@@ -203,5 +204,40 @@ func (r *Results) streamTable(w io.Writer) {
 		}
 		fmt.Fprintf(w, "| %s | %s | %s | %.1f | %s | %s | %s | %s |\n",
 			s.Name, s.Transport, s.Direction, s.Direct, limen, rt, recordingFigure(s), cpu)
+	}
+}
+
+// streamBudgetTable writes, per stream, the whole machine's CPU during the
+// direct and the Limen runs, and what that leaves the proxy and the worker
+// for 0.85 of direct: when the direct runs already keep every core busy,
+// throughput is the cores over the CPU per MiB, so Limen's share of direct
+// can only rise by cutting the CPU it adds per MiB.
+func (r *Results) streamBudgetTable(w io.Writer) {
+	var rows []StreamPair
+	for _, s := range r.Streams {
+		if s.DirectMachine.PerMiB > 0 && s.LimenMachine.PerMiB > 0 {
+			rows = append(rows, s)
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\n### The machine's CPU per MiB\n\nThe whole machine's CPU (every process, the bench's and kubectl's included; /proc/stat) "+
+		"over the MiB carried in each side's runs, and how busy its %d cores were. Where the direct runs keep the cores busy (≥ 90%%), "+
+		"throughput is bound by CPU per MiB: reaching 0.85 of direct leaves the machine direct's CPU per MiB ÷ 0.85, and the budget is "+
+		"that less what the other processes spent under Limen.\n\n", r.Cores)
+	fmt.Fprintln(w, "| Stream | Transport | Direction | Direct: machine CPU per MiB, busy | Limen: machine CPU per MiB, busy | Proxy + worker per MiB | Their budget for 0.85 of direct |")
+	fmt.Fprintln(w, "|---|---|---|---:|---:|---:|---:|")
+	for _, s := range rows {
+		budget := "— (direct not bound by the cores)"
+		if b, ok := s.LimenBudget(0.85); ok {
+			budget = fmt.Sprintf("%.1f ms", ms(b))
+			if b <= 0 {
+				budget = fmt.Sprintf("none (%.1f ms): the other processes alone spend more", ms(b))
+			}
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %.1f ms, %.0f%% | %.1f ms, %.0f%% | %.1f ms | %s |\n", s.Name, s.Transport, s.Direction,
+			ms(s.DirectMachine.PerMiB), 100*s.DirectMachine.Busy, ms(s.LimenMachine.PerMiB), 100*s.LimenMachine.Busy,
+			ms(s.ProxyCPU+s.WorkerCPU), budget)
 	}
 }

@@ -128,3 +128,53 @@ func (p *PeakRSS) Stop() map[int]int64 {
 	<-p.done
 	return p.peak
 }
+
+// MachineCPU is the whole machine's CPU time so far, over all its cores,
+// from the first line of /proc/stat: Busy is every state but idle and
+// iowait, Total every state.
+type MachineCPU struct{ Busy, Total time.Duration }
+
+// ReadMachineCPU reads /proc/stat.
+func ReadMachineCPU() (MachineCPU, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return MachineCPU{}, err
+	}
+	return parseProcStat(string(b))
+}
+
+// parseProcStat reads the "cpu" line of /proc/stat: user nice system idle
+// iowait irq softirq steal (guest time is already in user), in USER_HZ.
+func parseProcStat(stat string) (MachineCPU, error) {
+	line, _, _ := strings.Cut(stat, "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return MachineCPU{}, fmt.Errorf("/proc/stat: first line %q is not the cpu line with 8 states", line)
+	}
+	var m MachineCPU
+	for i, s := range f[1:9] {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || n < 0 {
+			return MachineCPU{}, fmt.Errorf("/proc/stat: state %d %q is not a count", i+1, s)
+		}
+		d := time.Duration(n) * time.Second / userHZ
+		m.Total += d
+		if i != 3 && i != 4 { // idle, iowait
+			m.Busy += d
+		}
+	}
+	return m, nil
+}
+
+// Minus is the CPU time used between b and m.
+func (m MachineCPU) Minus(b MachineCPU) MachineCPU {
+	return MachineCPU{m.Busy - b.Busy, m.Total - b.Total}
+}
+
+// BusyShare is the share of all cores' time that was busy (0 to 1).
+func (m MachineCPU) BusyShare() float64 {
+	if m.Total <= 0 {
+		return 0
+	}
+	return float64(m.Busy) / float64(m.Total)
+}

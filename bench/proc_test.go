@@ -54,3 +54,31 @@ func TestOwnProcess(t *testing.T) {
 		t.Fatalf("RSS = %d, %v", rss, err)
 	}
 }
+
+func TestParseProcStat(t *testing.T) {
+	for _, tc := range []struct {
+		name, stat string
+		want       MachineCPU
+		err        bool
+	}{
+		{"two states busy", "cpu  100 0 50 800 50 0 0 0 0 0\ncpu0 50 0 25 400 25 0 0 0 0 0\n",
+			MachineCPU{Busy: 1500 * time.Millisecond, Total: 10 * time.Second}, false},
+		{"irq softirq steal are busy", "cpu 1 1 1 1 1 1 1 1\n", MachineCPU{Busy: 60 * time.Millisecond, Total: 80 * time.Millisecond}, false},
+		{"not the cpu line", "cpu0 1 2 3 4 5 6 7 8\n", MachineCPU{}, true},
+		{"too few states", "cpu 1 2 3\n", MachineCPU{}, true},
+		{"negative", "cpu 1 2 3 -4 5 6 7 8\n", MachineCPU{}, true},
+		{"not a number", "cpu 1 2 x 4 5 6 7 8\n", MachineCPU{}, true},
+		{"empty", "", MachineCPU{}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := parseProcStat(tc.stat)
+			if (err != nil) != tc.err || got != tc.want {
+				t.Errorf("parseProcStat = %+v, %v; want %+v, error %v", got, err, tc.want, tc.err)
+			}
+		})
+	}
+	m, err := ReadMachineCPU()
+	if err != nil || m.Busy <= 0 || m.Total < m.Busy {
+		t.Fatalf("ReadMachineCPU = %+v, %v", m, err)
+	}
+}

@@ -133,7 +133,33 @@ type StreamPair struct {
 	// during the Limen runs (0: not measured). Unlike the rate, CPU per
 	// byte hardly moves with the machine's load.
 	ProxyCPU, WorkerCPU time.Duration
-	Err                 string
+	// DirectMachine and LimenMachine are the whole machine's CPU during
+	// each side's runs (every process on it, the bench's own included), per
+	// MiB carried and as a share of all cores (0: not measured). They show
+	// whether a stream is bound by the machine's cores, and so what CPU per
+	// MiB Limen may add at most for a given share of direct throughput.
+	DirectMachine, LimenMachine MachineLoad
+	Err                         string
+}
+
+// MachineLoad is the machine's CPU during some stream runs: time per MiB
+// carried, and the share of all cores' time that was busy.
+type MachineLoad struct {
+	PerMiB time.Duration
+	Busy   float64
+}
+
+// LimenBudget is the CPU per MiB the proxy and the worker together may use
+// for the stream to reach share of direct throughput, when the direct runs
+// were bound by the cores (busy at least 90%): the machine may spend
+// DirectMachine.PerMiB/share per MiB, of which the other processes spent
+// what they did under Limen. ok is false when the figures do not allow it.
+func (s StreamPair) LimenBudget(share float64) (budget time.Duration, ok bool) {
+	if s.DirectMachine.PerMiB <= 0 || s.LimenMachine.PerMiB <= 0 || s.DirectMachine.Busy < 0.9 || share <= 0 {
+		return 0, false
+	}
+	others := s.LimenMachine.PerMiB - s.ProxyCPU - s.WorkerCPU
+	return time.Duration(float64(s.DirectMachine.PerMiB)/share) - others, true
 }
 
 // Label names the stream in one line, as the goals do.

@@ -121,6 +121,39 @@ func TestStreamTable(t *testing.T) {
 	}
 }
 
+// TestStreamBudget: a stream whose direct runs kept the cores busy gets
+// the CPU per MiB Limen may add for 0.85 of direct; one whose direct runs
+// left cores idle, or whose other processes alone spend more, does not.
+func TestStreamBudget(t *testing.T) {
+	ms := time.Millisecond
+	bound := StreamPair{Name: "exec output (text)", Transport: "WebSocket", Direction: "down",
+		DirectMachine: MachineLoad{PerMiB: 17 * ms, Busy: 0.97}, LimenMachine: MachineLoad{PerMiB: 30 * ms, Busy: 0.99},
+		ProxyCPU: 4 * ms, WorkerCPU: 7 * ms}
+	if b, ok := bound.LimenBudget(0.85); !ok || b != 1*ms {
+		t.Errorf("budget = %v, %v; want 1ms (17/0.85 = 20 ms, less 19 ms of other processes)", b, ok)
+	}
+	idle := bound
+	idle.DirectMachine.Busy = 0.5
+	if _, ok := idle.LimenBudget(0.85); ok {
+		t.Error("a budget for direct runs that left the cores half idle")
+	}
+	over := bound
+	over.ProxyCPU, over.WorkerCPU = ms, ms
+	r := &Results{Cores: 2, Streams: []StreamPair{bound, idle, over}}
+	var b bytes.Buffer
+	r.Markdown(&b)
+	out := b.String()
+	for _, want := range []string{
+		"| exec output (text) | WebSocket | down | 17.0 ms, 97% | 30.0 ms, 99% | 11.0 ms | 1.0 ms |",
+		"| exec output (text) | WebSocket | down | 17.0 ms, 50% | 30.0 ms, 99% | 11.0 ms | — (direct not bound by the cores) |",
+		"| 2.0 ms | none (-8.0 ms): the other processes alone spend more |",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q:\n%s", want, out)
+		}
+	}
+}
+
 // TestTracingTable: the report compares tracing off and on from the run's
 // own cells.
 func TestTracingTable(t *testing.T) {

@@ -259,6 +259,7 @@ func streams(ctx context.Context, c config, s *setup, r *bench.Results) {
 					fmt.Sprintf("the %d runs of %s through Limen", c.streamRuns, mib(c.streamSize)), 10*time.Second)
 			}
 			before, cpu0 := recordings(s), cpu(s)
+			machine0, machineErr := bench.ReadMachineCPU()
 			var rates []float64
 			for range c.streamRuns {
 				rate, err := streamRun(ctx, k, s, kind, c.streamSize)
@@ -267,6 +268,15 @@ func streams(ctx context.Context, c config, s *setup, r *bench.Results) {
 					break
 				}
 				rates = append(rates, rate)
+			}
+			// Read before the profile's end is waited for: the machine's
+			// figures are of the runs alone.
+			carried := float64(len(rates)) * float64(c.streamSize) / (1 << 20)
+			used := cpu(s).minus(cpu0)
+			var load bench.MachineLoad
+			if machine1, err := bench.ReadMachineCPU(); err == nil && machineErr == nil && carried > 0 {
+				m := machine1.Minus(machine0)
+				load = bench.MachineLoad{PerMiB: time.Duration(float64(m.Busy) / carried), Busy: m.BusyShare()}
 			}
 			if wait != nil {
 				if p, err := wait(); err != nil {
@@ -277,9 +287,11 @@ func streams(ctx context.Context, c config, s *setup, r *bench.Results) {
 			}
 			if t.name == "direct" {
 				pair.Direct = bench.Median(rates)
+				pair.DirectMachine = load
 			} else {
+				pair.LimenMachine = load
 				pair.Limen = bench.Median(rates)
-				if used, carried := cpu(s).minus(cpu0), float64(len(rates))*float64(c.streamSize)/(1<<20); carried > 0 {
+				if carried > 0 {
 					pair.ProxyCPU = time.Duration(float64(used.proxy) / carried)
 					pair.WorkerCPU = time.Duration(float64(used.worker) / carried)
 				}
