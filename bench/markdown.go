@@ -90,6 +90,7 @@ func (r *Results) Markdown(w io.Writer) {
 	r.resourceRows(&t)
 	t.write(w)
 	r.tracingTable(w)
+	r.hopTable(w)
 	r.streamTable(w)
 	r.streamBudgetTable(w)
 	if len(r.Notes) > 0 {
@@ -239,5 +240,46 @@ func (r *Results) streamBudgetTable(w io.Writer) {
 		fmt.Fprintf(w, "| %s | %s | %s | %.1f ms, %.0f%% | %.1f ms, %.0f%% | %.1f ms | %s |\n", s.Name, s.Transport, s.Direction,
 			ms(s.DirectMachine.PerMiB), 100*s.DirectMachine.Busy, ms(s.LimenMachine.PerMiB), 100*s.LimenMachine.Busy,
 			ms(s.ProxyCPU+s.WorkerCPU), budget)
+	}
+}
+
+// hopTable writes the floor section: Limen beside one and two careless
+// hops, each figure from the same run.
+func (r *Results) hopTable(w io.Writer) {
+	if r.Hops == nil || len(r.Hops.Rows) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\n## Two careless hops\n\nThe floor of a two-hop gateway, measured in the same run: the baseline (one careless hop) and a second "+
+		"careless proxy in front of it (two hops: client → careless proxy → careless proxy → API server, TLS and HTTP/2 on each), "+
+		"then Limen, one after the other. Two careless hops pay for a second process and a second TLS connection, as Limen's "+
+		"worker does, and check, sign, record and audit nothing. Added latency is over direct; CPU is the path's own processes' "+
+		"per request, and its share of the API server's during the direct cell.")
+	fmt.Fprintln(w, "\n| Figure | Direct | One careless hop | Two careless hops | Limen |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|")
+	for _, h := range r.Hops.Rows {
+		if h.Direct == nil || h.One == nil || h.Two == nil || h.Via == nil {
+			continue
+		}
+		name := fmt.Sprintf("%s, c=%d", h.Op, h.Concurrency)
+		for _, q := range []float64{50, 99} {
+			d := h.Direct.Hist.Percentile(q)
+			added := func(c *Cell) string { return fmt.Sprintf("%+.3f", ms(c.Hist.Percentile(q)-d)) }
+			fmt.Fprintf(w, "| %s: p%.0f, ms (added) | %.3f | %s | %s | %s |\n", name, q, ms(d), added(h.One), added(h.Two), added(h.Via))
+		}
+		tp := func(c *Cell) string {
+			return fmt.Sprintf("%.0f (%s)", c.Throughput(), times(ratio(c.Throughput(), h.Direct.Throughput())))
+		}
+		fmt.Fprintf(w, "| %s: requests/s (of direct) | %.0f | %s | %s | %s |\n", name, h.Direct.Throughput(), tp(h.One), tp(h.Two), tp(h.Via))
+		api := float64(h.APIServer) / float64(max(1, h.Direct.Hist.Len()))
+		per := func(d time.Duration, c *Cell) string {
+			v := float64(d) / float64(max(1, c.Hist.Len()))
+			share := "—"
+			if api > 0 {
+				share = fmt.Sprintf("%.0f%%", 100*v/api)
+			}
+			return fmt.Sprintf("%.3f (%s)", v/float64(time.Millisecond), share)
+		}
+		fmt.Fprintf(w, "| %s: CPU ms per request (of the API server's) | %.3f | %s | %s | %s |\n", name, api/float64(time.Millisecond),
+			per(h.OneCPU, h.One), per(h.TwoCPU, h.Two), per(h.ViaCPU, h.Via))
 	}
 }

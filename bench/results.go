@@ -32,6 +32,7 @@ type Results struct {
 	Policy  []PolicyResult
 	// Tracing is the request path's cost with tracing on; nil: not run.
 	Tracing *TracingCost
+	Hops    *HopFloor
 	// Profiles are pprof summaries of the proxy and worker and strace's
 	// fsync count, taken when a goal is not met.
 	Profiles []Profile
@@ -115,6 +116,23 @@ func (w WatchMemory) PerWatch(delta int64) float64 {
 type TracingCost struct {
 	Off, On       *Cell
 	OffCPU, OnCPU time.Duration
+}
+
+// HopFloor compares Limen with one and with two careless hops in the same
+// run: the two-hop figures are the floor of any gateway that, like Limen,
+// puts a second process and a second TLS connection between the user and
+// the API server, before it checks, signs or audits anything.
+type HopFloor struct{ Rows []HopRow }
+
+// HopRow is one operation at one concurrency, measured direct, through one
+// careless hop, through two, and through Limen, one after the other, with
+// the CPU the API server (direct) and each path's own processes spent.
+type HopRow struct {
+	Op                     string
+	Concurrency            int
+	Direct, One, Two, Via  *Cell
+	APIServer              time.Duration // during the direct cell
+	OneCPU, TwoCPU, ViaCPU time.Duration
 }
 
 // StreamPair is one stream throughput figure, in MiB/s, direct and through

@@ -169,3 +169,25 @@ func TestTracingTable(t *testing.T) {
 		}
 	}
 }
+
+// TestHopTable: latency added over direct, throughput of direct and CPU per
+// request as a share of the API server's, for each path of the same run.
+func TestHopTable(t *testing.T) {
+	ms := time.Millisecond
+	r := &Results{Hops: &HopFloor{Rows: []HopRow{{Op: "GET one ConfigMap", Concurrency: 1,
+		Direct: cell(2*ms, 100, time.Second), One: cell(2500*time.Microsecond, 100, time.Second),
+		Two: cell(3*ms, 50, time.Second), Via: cell(4*ms, 50, time.Second),
+		APIServer: 100 * ms, OneCPU: 50 * ms, TwoCPU: 50 * ms, ViaCPU: 100 * ms}}}}
+	var b bytes.Buffer
+	r.Markdown(&b)
+	out := b.String()
+	for _, want := range []string{
+		"| GET one ConfigMap, c=1: p50, ms (added) | 2.000 | +0.500 | +1.000 | +2.000 |",
+		"| GET one ConfigMap, c=1: requests/s (of direct) | 100 | 100 (1.00×) | 50 (0.50×) | 50 (0.50×) |",
+		"| GET one ConfigMap, c=1: CPU ms per request (of the API server's) | 1.000 | 0.500 (50%) | 1.000 (100%) | 2.000 (200%) |",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q:\n%s", want, out)
+		}
+	}
+}

@@ -103,10 +103,12 @@ func serveBaseline(args []string) error {
 }
 
 // startBaseline runs `limen-bench serve-baseline` as its own process (so
-// its CPU is read from /proc like the gateway's) in front of the cluster,
-// and returns its target and PID.
-func startBaseline(ctx context.Context, dir, server, caFile, tokenFile string) (target, int, func(), error) {
-	certFile, keyFile := filepath.Join(dir, "baseline.crt"), filepath.Join(dir, "baseline.key")
+// its CPU is read from /proc like the gateway's) in front of server (the
+// API server, or another baseline for two careless hops, whose CA is then
+// that baseline's certificate), and returns its target and PID. name names
+// the target and its files in dir.
+func startBaseline(ctx context.Context, dir, name, server, caFile, tokenFile string) (target, int, func(), error) {
+	certFile, keyFile := filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key")
 	certPEM, err := selfSigned(certFile, keyFile)
 	if err != nil {
 		return target{}, 0, nil, fmt.Errorf("baseline certificate: %w", err)
@@ -120,7 +122,7 @@ func startBaseline(ctx context.Context, dir, server, caFile, tokenFile string) (
 	if err != nil {
 		return target{}, 0, nil, err
 	}
-	logf, err := os.Create(filepath.Join(dir, "baseline.log"))
+	logf, err := os.Create(filepath.Join(dir, name+".log"))
 	if err != nil {
 		return target{}, 0, nil, err
 	}
@@ -143,7 +145,7 @@ func startBaseline(ctx context.Context, dir, server, caFile, tokenFile string) (
 		stop()
 		return target{}, 0, nil, err
 	}
-	t := target{name: "baseline", base: "https://" + addr, client: hc}
+	t := target{name: name, base: "https://" + addr, client: hc, certFile: certFile}
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		resp, err := hc.Get(t.base + "/readyz")
@@ -156,7 +158,7 @@ func startBaseline(ctx context.Context, dir, server, caFile, tokenFile string) (
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			stop()
-			return target{}, 0, nil, fmt.Errorf("baseline not ready within 15s (log: %s): %w", logf.Name(), err)
+			return target{}, 0, nil, fmt.Errorf("%s not ready within 15s (log: %s): %w", name, logf.Name(), err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

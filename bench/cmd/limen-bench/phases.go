@@ -35,6 +35,9 @@ func measure(ctx context.Context, c config, s *setup, r *bench.Results) error {
 	if err := tracingCost(ctx, c, s, r); err != nil {
 		return err
 	}
+	if err := hopFloor(ctx, c, s, r); err != nil {
+		return err
+	}
 	watchProf := watches(ctx, c, s, r)
 	// Profile before the streams: their recordings upload for a while after.
 	if c.profile && slices.ContainsFunc(r.Goals(), func(g bench.Goal) bool { return !g.Met }) {
@@ -154,6 +157,58 @@ func tracingCost(ctx context.Context, c config, s *setup, r *bench.Results) erro
 	}
 	r.Tracing = tc
 	return nil
+}
+
+// hopFloor runs GET one ConfigMap at concurrency 1 and the LIST at 16
+// direct, through one and two careless hops and through Limen, one after
+// the other, with each path's CPU (bench.HopFloor).
+func hopFloor(ctx context.Context, c config, s *setup, r *bench.Results) error {
+	hf := &bench.HopFloor{}
+	for _, op := range []struct {
+		name, path string
+		conc       int
+	}{
+		{"GET one ConfigMap", getPath, 1},
+		{fmt.Sprintf("LIST %d ConfigMaps", listSize), listPath, 16},
+	} {
+		row := bench.HopRow{Op: op.name, Concurrency: op.conc}
+		for _, t := range []target{s.direct, s.baseline, s.twoHops, s.limen} {
+			pids := map[string][]int{"direct": {s.apiserver}, "baseline": {s.baselinePID},
+				s.twoHops.name: {s.baselinePID, s.twoHopsPID}, "limen": {s.proxy, s.worker}}[t.name]
+			before := cpuOf(pids)
+			cell, err := bench.Load(ctx, t.client, t.base+op.path, op.conc, c.requests)
+			if err != nil {
+				return fmt.Errorf("%s %s c=%d: %w", t.name, op.name, op.conc, err)
+			}
+			used := cpuOf(pids) - before
+			switch t.name {
+			case "direct":
+				row.Direct, row.APIServer = cell, used
+			case "baseline":
+				row.One, row.OneCPU = cell, used
+			case s.twoHops.name:
+				row.Two, row.TwoCPU = cell, used
+			default:
+				row.Via, row.ViaCPU = cell, used
+			}
+			progress(os.Stderr, "%-9s %s c=%-2d: p50 %v p99 %v, %.0f req/s, %d failed%s", t.name, op.name, op.conc,
+				cell.Hist.Percentile(50).Round(time.Microsecond), cell.Hist.Percentile(99).Round(time.Microsecond),
+				cell.Throughput(), cell.Errors, firstErr(cell.FirstErr))
+		}
+		hf.Rows = append(hf.Rows, row)
+	}
+	r.Hops = hf
+	return nil
+}
+
+// cpuOf is the CPU time the processes pids used so far, together.
+func cpuOf(pids []int) time.Duration {
+	var sum time.Duration
+	for _, pid := range pids {
+		d, _ := bench.CPUTime(pid)
+		sum += d
+	}
+	return sum
 }
 
 func firstErr(err error) string {

@@ -27,6 +27,7 @@ type target struct {
 	base       string // URL prefix for API paths
 	client     *http.Client
 	kubeconfig string
+	certFile   string // a baseline's certificate, the CA of a hop in front of it
 }
 
 // setup is the running system under measurement.
@@ -43,6 +44,10 @@ type setup struct {
 	tracedProxy, tracedWorker int
 	// The processes whose CPU and memory are read from /proc.
 	apiserver, proxy, worker, baselinePID int
+	// twoHops is a second careless proxy in front of the baseline: two
+	// careless hops, the floor of any two-hop gateway (hopFloor).
+	twoHops    target
+	twoHopsPID int
 	zeroPort, sinkPort                    int
 	// The proxy's and worker's pprof addresses (--debug-listen), and where
 	// their profiles are written.
@@ -145,12 +150,18 @@ func start(ctx context.Context, dir string) (_ *setup, stop func(), err error) {
 	if s.direct, err = newTarget("direct", cluster.Kubeconfig); err != nil {
 		return nil, stop, err
 	}
-	baseline, pid, stopBaseline, err := startBaseline(ctx, dir, cluster.Server, cluster.CAFile, env.TokenFile)
+	baseline, pid, stopBaseline, err := startBaseline(ctx, dir, "baseline", cluster.Server, cluster.CAFile, env.TokenFile)
 	if err != nil {
 		return nil, stop, err
 	}
 	stops = append(stops, stopBaseline)
 	s.baseline, s.baselinePID = baseline, pid
+	front, pid, stopFront, err := startBaseline(ctx, dir, "two-hops", baseline.base, baseline.certFile, env.TokenFile)
+	if err != nil {
+		return nil, stop, err
+	}
+	stops = append(stops, stopFront)
+	s.twoHops, s.twoHopsPID = front, pid
 	kc, err := env.Login(ctx, "alice")
 	if err != nil {
 		return nil, stop, err
