@@ -46,9 +46,9 @@ type setup struct {
 	apiserver, proxy, worker, baselinePID int
 	// twoHops is a second careless proxy in front of the baseline: two
 	// careless hops, the floor of any two-hop gateway (hopFloor).
-	twoHops    target
-	twoHopsPID int
-	zeroPort, sinkPort                    int
+	twoHops            target
+	twoHopsPID         int
+	zeroPort, sinkPort int
 	// The proxy's and worker's pprof addresses (--debug-listen), and where
 	// their profiles are written.
 	proxyDebug, workerDebug string
