@@ -150,6 +150,10 @@ func (r *Results) resourceRows(t *table) {
 			t.add(fmt.Sprintf("Memory per idle watch (%d watches), API server", w.N), kib(w.APIServerDirect), "—", kib(w.APIServerLimen), "", "")
 			t.add("Memory per idle watch, proxy / worker / both", "—", "—",
 				kib(w.Proxy)+" / "+kib(w.Worker)+" / "+kib(w.Proxy+w.Worker), "", "")
+			if w.OneHop != 0 || w.TwoHops != 0 {
+				t.add("Memory per idle watch, one careless hop / two careless hops (both processes)", "—",
+					kib(w.OneHop)+" / "+kib(w.TwoHops), "—", "", "")
+			}
 		}
 	}
 	for _, p := range r.Policy {

@@ -99,6 +99,9 @@ type WatchMemory struct {
 	APIServerDirect int64
 	APIServerLimen  int64
 	Proxy, Worker   int64
+	// OneHop and TwoHops are what the watches added to one careless hop
+	// (the baseline's process) and to two (both careless processes).
+	OneHop, TwoHops int64
 	Err             string
 }
 

@@ -191,3 +191,14 @@ func TestHopTable(t *testing.T) {
 		}
 	}
 }
+
+// TestWatchHops: the careless hops' memory per watch shows beside Limen's.
+func TestWatchHops(t *testing.T) {
+	r := &Results{Watch: WatchMemory{N: 100, Proxy: 4000 << 10, Worker: 2000 << 10, OneHop: 1000 << 10, TwoHops: 3000 << 10}}
+	var b bytes.Buffer
+	r.Markdown(&b)
+	want := "| Memory per idle watch, one careless hop / two careless hops (both processes) | — | 10.0 KiB / 30.0 KiB | — |"
+	if !strings.Contains(b.String(), want) {
+		t.Errorf("report lacks %q:\n%s", want, b.String())
+	}
+}

@@ -246,7 +246,7 @@ func rss(pid int) int64 {
 func watches(ctx context.Context, c config, s *setup, r *bench.Results) (prof *bench.Profile) {
 	r.Watch.N = c.watches
 	url := "/api/v1/namespaces/" + nsWatch + "/configmaps?watch=1&timeoutSeconds=1800"
-	for _, t := range []target{s.direct, s.limen} {
+	for _, t := range []target{s.direct, s.baseline, s.twoHops, s.limen} {
 		time.Sleep(2 * time.Second)
 		heap := c.profile && t.name == "limen"
 		var before heapSnap
@@ -254,6 +254,7 @@ func watches(ctx context.Context, c config, s *setup, r *bench.Results) (prof *b
 			before, heap = snapOrNote(ctx, s, r, "watch-before")
 		}
 		a0, p0, w0 := rss(s.apiserver), rss(s.proxy), rss(s.worker)
+		b0, f0 := rss(s.baselinePID), rss(s.twoHopsPID)
 		ws, err := bench.OpenWatches(ctx, t.client, t.base+url, c.watches)
 		if err != nil {
 			r.Watch.Err = fmt.Sprintf("%s: %v", t.name, err)
@@ -262,17 +263,23 @@ func watches(ctx context.Context, c config, s *setup, r *bench.Results) (prof *b
 		}
 		time.Sleep(3 * time.Second) // the watches are idle: let the processes settle
 		a1, p1, w1 := rss(s.apiserver), rss(s.proxy), rss(s.worker)
+		b1, f1 := rss(s.baselinePID), rss(s.twoHopsPID)
 		if heap {
 			prof = watchProfileOrNote(ctx, s, r, before, c.watches)
 		}
 		ws.Close()
-		if t.name == "direct" {
+		switch t.name {
+		case "direct":
 			r.Watch.APIServerDirect = a1 - a0
-		} else {
+		case "baseline":
+			r.Watch.OneHop = b1 - b0
+		case s.twoHops.name:
+			r.Watch.TwoHops = (b1 - b0) + (f1 - f0)
+		default:
 			r.Watch.APIServerLimen, r.Watch.Proxy, r.Watch.Worker = a1-a0, p1-p0, w1-w0
 		}
-		progress(os.Stderr, "%-6s %d idle watches: API server %+d KiB, proxy %+d KiB, worker %+d KiB",
-			t.name, c.watches, (a1-a0)>>10, (p1-p0)>>10, (w1-w0)>>10)
+		progress(os.Stderr, "%-9s %d idle watches: API server %+d KiB, proxy %+d KiB, worker %+d KiB, careless hops %+d KiB and %+d KiB",
+			t.name, c.watches, (a1-a0)>>10, (p1-p0)>>10, (w1-w0)>>10, (b1-b0)>>10, (f1-f0)>>10)
 	}
 	return prof
 }
