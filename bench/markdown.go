@@ -228,13 +228,13 @@ func (r *Results) streamBudgetTable(w io.Writer) {
 		return
 	}
 	fmt.Fprintf(w, "\n### The machine's CPU per MiB\n\nThe whole machine's CPU (every process, the bench's and kubectl's included; /proc/stat) "+
-		"over the MiB carried in each side's runs, and how busy its %d cores were. Where the direct runs keep the cores busy (≥ 90%%), "+
-		"throughput is bound by CPU per MiB: reaching 0.85 of direct leaves the machine direct's CPU per MiB ÷ 0.85, and the budget is "+
-		"that less what the other processes spent under Limen.\n\n", r.Cores)
+		"over the MiB carried in each side's runs, and how busy its %d cores were. At 0.85 of direct throughput each second of "+
+		"the cores carries at most 1 ÷ (0.85 × direct) MiB, so the machine may spend at most direct's CPU per MiB ÷ (its busy share × 0.85); "+
+		"the budget is that less what the other processes spent under Limen, an upper bound that takes Limen's runs to keep every core busy.\n\n", r.Cores)
 	fmt.Fprintln(w, "| Stream | Transport | Direction | Direct: machine CPU per MiB, busy | Limen: machine CPU per MiB, busy | Proxy + worker per MiB | Their budget for 0.85 of direct |")
 	fmt.Fprintln(w, "|---|---|---|---:|---:|---:|---:|")
 	for _, s := range rows {
-		budget := "— (direct not bound by the cores)"
+		budget := "—"
 		if b, ok := s.LimenBudget(0.85); ok {
 			budget = fmt.Sprintf("%.1f ms", ms(b))
 			if b <= 0 {

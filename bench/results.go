@@ -170,17 +170,19 @@ type MachineLoad struct {
 	Busy   float64
 }
 
-// LimenBudget is the CPU per MiB the proxy and the worker together may use
-// for the stream to reach share of direct throughput, when the direct runs
-// were bound by the cores (busy at least 90%): the machine may spend
-// DirectMachine.PerMiB/share per MiB, of which the other processes spent
-// what they did under Limen. ok is false when the figures do not allow it.
+// LimenBudget is the most CPU per MiB the proxy and the worker together
+// may use for the stream to reach share of direct throughput. At that rate
+// every core's second, busy or not, carries at most 1/(share × direct)
+// MiB: the machine may spend DirectMachine.PerMiB / (DirectMachine.Busy ×
+// share) per MiB, of which the other processes spent what they did under
+// Limen. It is an upper bound: it takes the Limen runs to keep every core
+// busy. ok is false when the figures do not allow it.
 func (s StreamPair) LimenBudget(share float64) (budget time.Duration, ok bool) {
-	if s.DirectMachine.PerMiB <= 0 || s.LimenMachine.PerMiB <= 0 || s.DirectMachine.Busy < 0.9 || share <= 0 {
+	if s.DirectMachine.PerMiB <= 0 || s.LimenMachine.PerMiB <= 0 || s.DirectMachine.Busy <= 0 || share <= 0 {
 		return 0, false
 	}
 	others := s.LimenMachine.PerMiB - s.ProxyCPU - s.WorkerCPU
-	return time.Duration(float64(s.DirectMachine.PerMiB)/share) - others, true
+	return time.Duration(float64(s.DirectMachine.PerMiB)/(s.DirectMachine.Busy*share)) - others, true
 }
 
 // Label names the stream in one line, as the goals do.

@@ -121,21 +121,24 @@ func TestStreamTable(t *testing.T) {
 	}
 }
 
-// TestStreamBudget: a stream whose direct runs kept the cores busy gets
-// the CPU per MiB Limen may add for 0.85 of direct; one whose direct runs
-// left cores idle, or whose other processes alone spend more, does not.
+// TestStreamBudget: the CPU per MiB Limen may add for 0.85 of direct is
+// the machine's capacity at that rate less the other processes' share; a
+// direct run that left cores idle leaves more.
 func TestStreamBudget(t *testing.T) {
 	ms := time.Millisecond
 	bound := StreamPair{Name: "exec output (text)", Transport: "WebSocket", Direction: "down",
-		DirectMachine: MachineLoad{PerMiB: 17 * ms, Busy: 0.97}, LimenMachine: MachineLoad{PerMiB: 30 * ms, Busy: 0.99},
+		DirectMachine: MachineLoad{PerMiB: 17 * ms, Busy: 1}, LimenMachine: MachineLoad{PerMiB: 30 * ms, Busy: 0.99},
 		ProxyCPU: 4 * ms, WorkerCPU: 7 * ms}
 	if b, ok := bound.LimenBudget(0.85); !ok || b != 1*ms {
 		t.Errorf("budget = %v, %v; want 1ms (17/0.85 = 20 ms, less 19 ms of other processes)", b, ok)
 	}
 	idle := bound
 	idle.DirectMachine.Busy = 0.5
-	if _, ok := idle.LimenBudget(0.85); ok {
-		t.Error("a budget for direct runs that left the cores half idle")
+	if b, ok := idle.LimenBudget(0.85); !ok || b != 21*ms {
+		t.Errorf("half-idle budget = %v, %v; want 21ms (17/0.5/0.85 = 40 ms, less 19 ms)", b, ok)
+	}
+	if _, ok := (StreamPair{}).LimenBudget(0.85); ok {
+		t.Error("a budget without figures")
 	}
 	over := bound
 	over.ProxyCPU, over.WorkerCPU = ms, ms
@@ -144,8 +147,8 @@ func TestStreamBudget(t *testing.T) {
 	r.Markdown(&b)
 	out := b.String()
 	for _, want := range []string{
-		"| exec output (text) | WebSocket | down | 17.0 ms, 97% | 30.0 ms, 99% | 11.0 ms | 1.0 ms |",
-		"| exec output (text) | WebSocket | down | 17.0 ms, 50% | 30.0 ms, 99% | 11.0 ms | — (direct not bound by the cores) |",
+		"| exec output (text) | WebSocket | down | 17.0 ms, 100% | 30.0 ms, 99% | 11.0 ms | 1.0 ms |",
+		"| exec output (text) | WebSocket | down | 17.0 ms, 50% | 30.0 ms, 99% | 11.0 ms | 21.0 ms |",
 		"| 2.0 ms | none (-8.0 ms): the other processes alone spend more |",
 	} {
 		if !strings.Contains(out, want) {
