@@ -39,6 +39,9 @@ type relayState struct {
 	request grant.Request
 	path    kpath.Path     // below /k8s/CLUSTER
 	live    *sessions.Live // nil for short requests
+	// streamed: the request opens a stream (sessions.Classify), whose
+	// every read is relayed at once; any other body moves in large writes.
+	streamed bool
 	// w is the client's ResponseWriter, hijacked for an upgrade.
 	w http.ResponseWriter
 	// sent is the proxy's record of the request (audit.TypeKubeSent),
