@@ -48,7 +48,9 @@ func BenchmarkRequestPath(b *testing.B) {
 	list.WriteString("]}")
 	listBody := []byte(list.String())
 
-	labels := func(side string) { pprof.SetGoroutineLabels(pprof.WithLabels(context.Background(), pprof.Labels("side", side))) }
+	labels := func(side string) {
+		pprof.SetGoroutineLabels(pprof.WithLabels(context.Background(), pprof.Labels("side", side)))
+	}
 	defer labels("client")
 	labels("api")
 	api := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
