@@ -244,7 +244,7 @@ func (k *Kube) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	span.SetAttributes(attribute.String("limen.session", req.SessionID))
-	ctx, live, err := k.track(r, info, sessions.Session{ID: req.SessionID, Principal: p, Cluster: cluster, Expires: g.ExpiresAt})
+	ctx, live, kind, err := k.track(r, info, sessions.Session{ID: req.SessionID, Principal: p, Cluster: cluster, Expires: g.ExpiresAt})
 	if o, ok := w.(*observer); ok && info != nil {
 		o.verb = info.Verb // classified once, here
 	}
@@ -265,8 +265,8 @@ func (k *Kube) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, http.StatusBadGateway, "Limen could not reach the worker: "+err.Error())
 		return
 	}
-	ctx = context.WithValue(ctx, relayKey{}, &relayState{conn: stream, token: token, grant: g, request: req, path: path, live: live, w: w,
-		sent: sentEvent(r, now, path, info, g, req)})
+	ctx = context.WithValue(ctx, relayKey{}, &relayState{conn: stream, token: token, grant: g, request: req, path: path, live: live,
+		streamed: kind != sessions.KindNone, w: w, sent: sentEvent(r, now, path, info, g, req)})
 	k.relayProxy().ServeHTTP(w, r.WithContext(ctx))
 }
 
@@ -322,10 +322,11 @@ func (k *Kube) classify(r *http.Request, path kpath.Path) *reqinfo.Info {
 }
 
 // track puts the response under the session watchdog and returns the
-// context that ends when it is locked, killed or expires. A stream
-// (sessions.Classify of the request's classification, nil when it has
-// none) is listed as a session; every other response is only guarded.
-func (k *Kube) track(r *http.Request, info *reqinfo.Info, s sessions.Session) (context.Context, *sessions.Live, error) {
+// context that ends when it is locked, killed or expires, and what kind of
+// stream the request opens. A stream (sessions.Classify of the request's
+// classification, nil when it has none) is listed as a session; every
+// other response is only guarded.
+func (k *Kube) track(r *http.Request, info *reqinfo.Info, s sessions.Session) (context.Context, *sessions.Live, sessions.Kind, error) {
 	if info != nil {
 		st := sessions.Classify(r, *info)
 		s.Kind, s.Target = st.Kind, st.Target
@@ -334,13 +335,13 @@ func (k *Kube) track(r *http.Request, info *reqinfo.Info, s sessions.Session) (c
 		liftDeadlines(r) // a stream lasts as long as its grant (port.go)
 	}
 	if k.Sessions == nil {
-		return r.Context(), nil, nil
+		return r.Context(), nil, s.Kind, nil
 	}
 	live, err := k.Sessions.Track(r.Context(), s)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, s.Kind, err
 	}
-	return live.Context(), live, nil
+	return live.Context(), live, s.Kind, nil
 }
 
 func (k *Kube) untrack(r *http.Request, live *sessions.Live) {

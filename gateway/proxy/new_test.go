@@ -97,7 +97,7 @@ func startAssembledWith(t *testing.T, before func(p *proxy.Server), beforeWorker
 }
 
 // waitUntil waits for an observable state, with a deadline.
-func waitUntil(t *testing.T, what string, ok func() bool) {
+func waitUntil(t testing.TB, what string, ok func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for !ok() {

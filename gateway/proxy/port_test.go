@@ -45,7 +45,7 @@ type running struct {
 
 // startProxy builds and serves a proxy with cfg (DataDir, Clusters and
 // Logger are filled in).
-func startProxy(t *testing.T, cfg proxy.Config) *running {
+func startProxy(t testing.TB, cfg proxy.Config) *running {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	if cfg.DataDir == "" {
@@ -77,7 +77,7 @@ func startProxy(t *testing.T, cfg proxy.Config) *running {
 
 // tlsConfig trusts the proxy's CA and presents a certificate for p, valid
 // for ttl (none when p is nil), offering alpn.
-func (r *running) tlsConfig(t *testing.T, p *identity.Principal, ttl time.Duration, alpn ...string) *tls.Config {
+func (r *running) tlsConfig(t testing.TB, p *identity.Principal, ttl time.Duration, alpn ...string) *tls.Config {
 	t.Helper()
 	roots := x509.NewCertPool()
 	roots.AddCert(r.CA.RootCert())
@@ -297,7 +297,7 @@ func TestPortUnauthenticatedFlood(t *testing.T) {
 
 // startWorker enrolls a worker for testCluster with r and runs it in front
 // of the API server at apiURL (CA in caFile), until the test ends.
-func startWorker(t *testing.T, r *running, apiURL, caFile string) {
+func startWorker(t testing.TB, r *running, apiURL, caFile string) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

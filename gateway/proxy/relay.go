@@ -39,6 +39,9 @@ type relayState struct {
 	request grant.Request
 	path    kpath.Path     // below /k8s/CLUSTER
 	live    *sessions.Live // nil for short requests
+	// streamed: the request opens a stream (sessions.Classify), whose
+	// every read is relayed at once; any other body moves in large writes.
+	streamed bool
 	// w is the client's ResponseWriter, hijacked for an upgrade.
 	w http.ResponseWriter
 	// sent is the proxy's record of the request (audit.TypeKubeSent),
@@ -364,18 +367,8 @@ func (t streamTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	record := audit.Submit(req.Context(), t.k.Audit, st.sent)
 	// Grant, request preamble and request head leave in one write: one
 	// tunnel frame, one TLS record, for a request without a body.
-	bw := bufio.NewWriterSize(conn, 4<<10)
-	if err := grant.WritePreamble(bw, st.token); err != nil {
-		return fail(fmt.Errorf("write grant: %w", err))
-	}
-	if err := grant.WriteRequest(bw, st.request); err != nil {
-		return fail(fmt.Errorf("write request preamble: %w", err))
-	}
-	if err := req.Write(bw); err != nil {
-		return fail(fmt.Errorf("write request: %w", err))
-	}
-	if err := bw.Flush(); err != nil {
-		return fail(fmt.Errorf("write request: %w", err))
+	if err := writeRequest(conn, st, req); err != nil {
+		return fail(err)
 	}
 	br, ev, resp, err := t.k.readHead(conn, req, st.grant, st.request)
 	if err != nil {
@@ -403,6 +396,31 @@ func (t streamTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	body.r = resp.Body
 	resp.Body = body
 	return resp, nil
+}
+
+// requestWriters are the buffers a request leaves the proxy through,
+// borrowed only while it is written.
+var requestWriters = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 4<<10) }}
+
+// writeRequest writes the stream's grant, request preamble and req to conn.
+// A request body larger than the buffer goes on in the buffer's size.
+func writeRequest(conn net.Conn, st *relayState, req *http.Request) error {
+	bw := requestWriters.Get().(*bufio.Writer)
+	bw.Reset(conn)
+	defer func() { bw.Reset(nil); requestWriters.Put(bw) }()
+	if err := grant.WritePreamble(bw, st.token); err != nil {
+		return fmt.Errorf("write grant: %w", err)
+	}
+	if err := grant.WriteRequest(bw, st.request); err != nil {
+		return fmt.Errorf("write request preamble: %w", err)
+	}
+	if err := req.Write(bw); err != nil {
+		return fmt.Errorf("write request: %w", err)
+	}
+	if err := bw.Flush(); err != nil {
+		return fmt.Errorf("write request: %w", err)
+	}
+	return nil
 }
 
 // Bounds on a worker's answer once it starts (Kube.WorkerHeadTimeout,

@@ -3,6 +3,7 @@ package proxy
 import (
 	"fmt"
 	"net/http"
+	"sync"
 
 	"github.com/limenhq/limen/gateway/relay"
 )
@@ -35,14 +36,20 @@ func (k *Kube) relayResponse(resp *http.Response) error {
 	if st.live == nil {
 		return nil
 	}
-	relayStreamed(st.w, resp)
+	relayStreamed(st.w, resp, st.streamed)
 	return errStreamRelayed
 }
 
-// relayStreamed writes resp to w, flushing the head and then every read of
-// the body as it arrives. A body that ends in error (the worker's stream cut,
-// the client gone) aborts the handler, as ReverseProxy does.
-func relayStreamed(w http.ResponseWriter, resp *http.Response) {
+// bulkBuffers carry the body of a response that is not a stream (a LIST):
+// written unflushed in large pieces, it leaves in full HTTP/2 frames and
+// TLS records, not one small frame, record and system call per read.
+var bulkBuffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+// relayStreamed writes resp to w: for a stream (streamed), the head and then
+// every read of the body flushed as it arrives; any other response in large
+// writes. A body that ends in error (the worker's stream cut, the client
+// gone) aborts the handler, as ReverseProxy does.
+func relayStreamed(w http.ResponseWriter, resp *http.Response, streamed bool) {
 	defer resp.Body.Close()
 	relay.DropHopHeaders(resp.Header)
 	h := w.Header()
@@ -50,6 +57,24 @@ func relayStreamed(w http.ResponseWriter, resp *http.Response) {
 		h[name] = append(h[name], values...)
 	}
 	w.WriteHeader(resp.StatusCode)
+	if !streamed {
+		// Not a stream: its head leaves with the start of its body, and a
+		// short body's end with it, one write to the client instead of
+		// three; a long one in large writes (relay.Bulk), flushed after a
+		// short read only when its length is unknown.
+		var flush func() error
+		if resp.ContentLength < 0 {
+			flush = http.NewResponseController(w).Flush
+		}
+		buf := bulkBuffers.Get().(*[]byte)
+		defer bulkBuffers.Put(buf)
+		if err := relay.Bulk(w, resp.Body, *buf, flush); err != nil {
+			panic(http.ErrAbortHandler)
+		}
+		return
+	}
+	// A stream's head leaves at once: a watch's must not wait for its
+	// first event.
 	rc := http.NewResponseController(w)
 	if err := rc.Flush(); err != nil {
 		panic(http.ErrAbortHandler)

@@ -2,6 +2,7 @@ package sessions
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -54,4 +55,23 @@ func BenchmarkPerRequest(b *testing.B) {
 			l.End(ReasonCompleted)
 		}
 	})
+}
+
+// BenchmarkGet is the proxy's lookup of a session for each session event a
+// worker sends, with 1000 watches live (the bench's idle watches ending).
+func BenchmarkGet(b *testing.B) {
+	reg := New(Config{Locks: locks.NewSet()})
+	defer reg.Close()
+	for i := range 1000 {
+		s := Session{ID: fmt.Sprintf("w%04d", i), Principal: user("alice"), Cluster: "dev", Kind: KindWatch, Expires: time.Now().Add(time.Hour)}
+		if _, err := reg.Register(context.Background(), s); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, ok := reg.Get("w0500"); !ok {
+			b.Fatal("not found")
+		}
+	}
 }

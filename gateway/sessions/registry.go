@@ -382,14 +382,24 @@ func (r *Registry) endLive(id string, reason Reason) bool {
 	return l != nil && l.end(&Ended{Reason: reason})
 }
 
-// Get returns a snapshot of session id, live or recently ended.
+// Get returns a snapshot of session id, live or recently ended. The proxy
+// asks it for every session event a worker sends: it looks the session up
+// instead of listing and sorting them all (a thousand watches ending was a
+// thousand lists of a thousand).
 func (r *Registry) Get(id string) (Info, bool) {
-	for _, i := range r.List() {
-		if i.ID == id {
-			return i, true
+	r.mu.Lock()
+	l := r.live[id]
+	if l == nil {
+		defer r.mu.Unlock()
+		for k := r.n - 1; k >= 0; k-- { // most recent first, as List
+			if i := r.recent[(r.at+k)%len(r.recent)]; i.ID == id {
+				return i, true
+			}
 		}
+		return Info{}, false
 	}
-	return Info{}, false
+	r.mu.Unlock()
+	return l.Info(), true
 }
 
 // List returns the live sessions, oldest first, then the recently ended

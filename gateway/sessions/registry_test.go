@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"slices"
 	"sync"
 	"testing"
@@ -309,6 +310,15 @@ func TestEndFailListAndRing(t *testing.T) {
 	want := []string{"s5", "s4", "s3", "s2", "s1"} // live first, then the 4 newest ended
 	if !slices.Equal(ids, want) {
 		t.Fatalf("List ids %v, want %v", ids, want)
+	}
+	// Get finds what List lists, live or ended, and not what the ring let go.
+	for _, in := range list {
+		if got, ok := r.Get(in.ID); !ok || !reflect.DeepEqual(got, in) {
+			t.Fatalf("Get(%s) = %+v, %v; List has %+v", in.ID, got, ok, in)
+		}
+	}
+	if got, ok := r.Get("s0"); ok {
+		t.Fatalf("Get(s0) = %+v, an ended session the ring no longer holds", got)
 	}
 	if !list[0].Live() || list[0].BytesIn != 6 || list[0].BytesOut != 10 {
 		t.Fatalf("live entry %+v", list[0])

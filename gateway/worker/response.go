@@ -42,15 +42,29 @@ func writeResponse(w *frameWriter, method string, resp *http.Response, streamed 
 			return err
 		}
 	}
-	flush := w.Flush
+	copyBody := func(dst io.Writer) error {
+		if streamed {
+			return copyBodyFlushed(dst, resp.Body, w.Flush)
+		}
+		// Not a stream: in frames of up to the frame buffer's size
+		// (frameWriter.Write sends a full one), flushed after a short
+		// read only when the length is unknown (relay.Bulk).
+		var flush func() error
+		if length < 0 {
+			flush = w.Flush
+		}
+		buf := bodyBuffers.Get().(*[]byte)
+		defer bodyBuffers.Put(buf)
+		return relay.Bulk(dst, resp.Body, *buf, flush)
+	}
 	if length >= 0 {
-		if err := copyBodyFlushed(w, resp.Body, flush); err != nil {
+		if err := copyBody(w); err != nil {
 			return err
 		}
 		return w.Flush()
 	}
 	cw := httputil.NewChunkedWriter(w)
-	if err := copyBodyFlushed(cw, resp.Body, flush); err != nil {
+	if err := copyBody(cw); err != nil {
 		return err
 	}
 	if err := cw.Close(); err != nil {

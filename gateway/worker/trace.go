@@ -24,6 +24,9 @@ func (h *Handler) tracer() trace.Tracer { return telemetry.OrNoop(h.Tracer) }
 // the proxy's span named by the stream's traceparent. Only what the audit
 // trail records goes into attributes: no query string, no body.
 func (h *Handler) startRequestSpan(ctx context.Context, preq grant.Request) (context.Context, trace.Span) {
+	if h.Tracer == nil {
+		return ctx, noSpan
+	}
 	if preq.TraceParent != "" {
 		ctx = traceContext.Extract(ctx, propagation.MapCarrier{"traceparent": preq.TraceParent})
 	}
@@ -33,8 +36,15 @@ func (h *Handler) startRequestSpan(ctx context.Context, preq grant.Request) (con
 
 // startSpan starts a child span of the request's for one step.
 func (h *Handler) startSpan(ctx context.Context, name string, kind trace.SpanKind) (context.Context, trace.Span) {
+	if h.Tracer == nil {
+		return ctx, noSpan
+	}
 	return h.tracer().Start(ctx, name, trace.WithSpanKind(kind))
 }
+
+// noSpan is every span of a worker without tracing: no context, span or
+// attribute is made for it per request.
+var noSpan = trace.SpanFromContext(context.Background())
 
 // injectTrace puts ctx's span in out's traceparent header, so that the API
 // server's own spans (its --tracing-config-file) join the trace. A client's
