@@ -133,13 +133,30 @@ type Kube struct {
 // bounds it further.
 const DefaultGrantTTL = 8 * time.Hour
 
-// ServeHTTP handles one Kubernetes request.
+// ServeHTTP handles one Kubernetes request: admit decides it, and the
+// relay it returns forwards it. The relay runs once admit's frame (several
+// KiB) is off the stack: an idle watch parks in it for its whole life, and
+// a parked goroutine's stack shrinks only to four times what it uses.
 func (k *Kube) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if relay := k.admit(w, r); relay != nil {
+		relay()
+	}
+}
+
+// admit runs every step before the tunnel (authenticate → decide → grant →
+// track → open the stream) and returns the relay of the request, or nil
+// once it answered the request itself. The relay ends the span and the
+// session; admit does when it returns nil.
+func (k *Kube) admit(w http.ResponseWriter, r *http.Request) (relay func()) {
 	// Identity headers go first, before anything reads the request.
 	impersonate.StripIdentity(r.Header)
 	now := k.Now()
 	ctx, span := k.startRequestSpan(r)
-	defer span.End()
+	defer func() {
+		if relay == nil {
+			span.End()
+		}
+	}()
 	r = r.WithContext(ctx)
 	serverCluster, _ := k.ServerCluster(r)
 	cluster, path, err := kpath.FromRequest(r, serverCluster)
@@ -252,7 +269,11 @@ func (k *Kube) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		deny(http.StatusForbidden, p, "session refused: "+err.Error(), err.Error())
 		return
 	}
-	defer k.untrack(r, live)
+	defer func() {
+		if relay == nil {
+			k.untrack(r, live)
+		}
+	}()
 	_, step = k.step(ctx, "limen.proxy.tunnel.open")
 	stream, err := k.Tunnel.Open(ctx, cluster)
 	step.End()
@@ -265,9 +286,14 @@ func (k *Kube) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, http.StatusBadGateway, "Limen could not reach the worker: "+err.Error())
 		return
 	}
-	ctx = context.WithValue(ctx, relayKey{}, &relayState{conn: stream, token: token, grant: g, request: req, path: path, live: live,
-		streamed: kind != sessions.KindNone, w: w, sent: sentEvent(r, now, path, info, g, req)})
-	k.relayProxy().ServeHTTP(w, r.WithContext(ctx))
+	st := &relayState{conn: stream, token: token, grant: g, request: req, path: path, live: live,
+		streamed: kind != sessions.KindNone, w: w, sent: sentEvent(r, now, path, info, g, req)}
+	out := r.WithContext(context.WithValue(ctx, relayKey{}, st))
+	return func() {
+		defer span.End()
+		defer k.untrack(r, live)
+		k.forward(w, out, st)
+	}
 }
 
 // ServerCluster returns the cluster that r's TLS server name names, and

@@ -98,29 +98,34 @@ func (k *Kube) newRelay() {
 		BufferPool:     copyBuffers{},
 		ErrorLog:       nil,
 		ModifyResponse: k.relayResponse, // streamed.go
-		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			if errors.Is(err, errUpgraded) {
-				return
-			}
-			if errors.Is(err, errAuditUnavailable) {
-				k.Logger.ErrorContext(r.Context(), "audit unavailable: response dropped", "err", err)
-				writeStatus(w, http.StatusServiceUnavailable, auditDownMessage(err, "the response was dropped"))
-				return
-			}
-			if errors.Is(err, context.Canceled) {
-				return // the client went away
-			}
-			if errors.Is(err, errWorkerRefused) {
-				st := r.Context().Value(relayKey{}).(*relayState)
-				k.Logger.WarnContext(r.Context(), "worker answer refused", "cluster", st.grant.Cluster, "session", st.request.SessionID,
-					"path", st.path.String(), "err", err)
-				writeStatus(w, http.StatusBadGateway, "Limen refused the worker's answer, so the response was dropped; ask your operator to check the worker of cluster "+st.grant.Cluster)
-				return
-			}
-			k.Logger.WarnContext(r.Context(), "relay to worker", "err", err)
-			writeStatus(w, http.StatusBadGateway, "the request to the Limen worker failed: "+err.Error())
-		},
+		ErrorHandler:   k.relayError,
 	}
+}
+
+// relayError answers a request whose relay failed with err, as the
+// ReverseProxy's ErrorHandler and for a stream relayed without it
+// (relayStream).
+func (k *Kube) relayError(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(err, errUpgraded) {
+		return
+	}
+	if errors.Is(err, errAuditUnavailable) {
+		k.Logger.ErrorContext(r.Context(), "audit unavailable: response dropped", "err", err)
+		writeStatus(w, http.StatusServiceUnavailable, auditDownMessage(err, "the response was dropped"))
+		return
+	}
+	if errors.Is(err, context.Canceled) {
+		return // the client went away
+	}
+	if errors.Is(err, errWorkerRefused) {
+		st := r.Context().Value(relayKey{}).(*relayState)
+		k.Logger.WarnContext(r.Context(), "worker answer refused", "cluster", st.grant.Cluster, "session", st.request.SessionID,
+			"path", st.path.String(), "err", err)
+		writeStatus(w, http.StatusBadGateway, "Limen refused the worker's answer, so the response was dropped; ask your operator to check the worker of cluster "+st.grant.Cluster)
+		return
+	}
+	k.Logger.WarnContext(r.Context(), "relay to worker", "err", err)
+	writeStatus(w, http.StatusBadGateway, "the request to the Limen worker failed: "+err.Error())
 }
 
 // copyBuffers lends the relay's response copy buffers from a pool.
