@@ -75,6 +75,8 @@ type bench struct {
 	spool  string
 	caFile string                                       // verifies the stand-in API server
 	answer func(w http.ResponseWriter, r *http.Request) // the stand-in's answer; default 200 JSON
+	// traceParent is the proxy's traceparent serve sends in the preamble.
+	traceParent string
 
 	mu     sync.Mutex
 	events []audit.Event // stored through Events
@@ -177,7 +179,7 @@ func (b *bench) serve(token []byte, req *http.Request) (audit.Event, *http.Respo
 		if err := grant.WritePreamble(client, token); err != nil {
 			return
 		}
-		if err := grant.WriteRequest(client, grant.Request{SessionID: sid, ClientAddr: "192.0.2.1:5555"}); err == nil {
+		if err := grant.WriteRequest(client, grant.Request{SessionID: sid, ClientAddr: "192.0.2.1:5555", TraceParent: b.traceParent}); err == nil {
 			_ = req.Write(client)
 		}
 	}()

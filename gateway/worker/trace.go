@@ -24,11 +24,13 @@ func (h *Handler) tracer() trace.Tracer { return telemetry.OrNoop(h.Tracer) }
 // the proxy's span named by the stream's traceparent. Only what the audit
 // trail records goes into attributes: no query string, no body.
 func (h *Handler) startRequestSpan(ctx context.Context, preq grant.Request) (context.Context, trace.Span) {
-	if h.Tracer == nil {
-		return ctx, noSpan
-	}
 	if preq.TraceParent != "" {
 		ctx = traceContext.Extract(ctx, propagation.MapCarrier{"traceparent": preq.TraceParent})
+	}
+	if h.Tracer == nil {
+		// No span of the worker's own, but the proxy's still reaches the
+		// API server (injectTrace): its spans join the proxy's trace.
+		return ctx, noSpan
 	}
 	return h.tracer().Start(ctx, "limen.worker.request", trace.WithSpanKind(trace.SpanKindServer),
 		trace.WithAttributes(attribute.String("limen.cluster", h.Cluster.Name), attribute.String("limen.session", preq.SessionID)))
