@@ -68,7 +68,7 @@ func (r *Results) Markdown(w io.Writer) {
 		"extra CPU under Limen is the price of impersonating a non-admin, not of Limen's processes. CPU is utime+stime from "+
 		"`/proc/PID/stat` over all three concurrencies of an operation; the load generator shares the same cores. "+
 		"Memory per watch is each process's VmRSS delta a few seconds after the watches opened, over their count (Go's GC "+
-		"makes small deltas noisy). Stream rates run from the first byte to the last, so kubectl's start is left out.\n\n")
+		"makes small deltas noisy). Stream rates run from the first byte to the last, so kubectl's start is left out, except kubectl cp's, which shows no first byte: its rate is over the whole kubectl run, direct and Limen alike.\n\n")
 
 	fmt.Fprintf(w, "## Goals\n\n| Goal | Figure | Met |\n|---|---:|:---:|\n")
 	for _, g := range r.Goals() {

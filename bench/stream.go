@@ -3,6 +3,8 @@ package bench
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
+	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -10,6 +12,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -296,4 +299,76 @@ func Median(rates []float64) float64 {
 		return s[len(s)/2]
 	}
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// CopyThroughput runs kubectl cp once, moving the file src (size bytes)
+// into the pod (up) or out of it into a new directory under dir, and
+// returns MiB/s over the whole kubectl run: cp shows no first byte to time
+// from, so kubectl's start counts, for direct and Limen alike. The pod's
+// processes share this host's file system (test/cluster), so both paths
+// are local; the copy must have src's size and bytes.
+func CopyThroughput(ctx context.Context, k Kubectl, namespace, pod, src, dir string, size int64, up bool) (float64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	run, err := os.MkdirTemp(dir, "cp-")
+	if err != nil {
+		return 0, err
+	}
+	defer os.RemoveAll(run)
+	dst := filepath.Join(run, "copied")
+	from, to := pod+":"+src, dst
+	if up {
+		from, to = src, pod+":"+dst
+	}
+	cmd := k.command(ctx, "-n", namespace, "cp", from, to)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	start := time.Now()
+	if err := cmd.Run(); err != nil {
+		return 0, fmt.Errorf("kubectl cp: %w: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	elapsed := time.Since(start)
+	if err := sameFile(src, dst, size); err != nil {
+		return 0, fmt.Errorf("kubectl cp: %w", err)
+	}
+	return float64(size) / (1 << 20) / elapsed.Seconds(), nil
+}
+
+// sameFile reports how copy differs from src (size bytes), nil if not.
+func sameFile(src, copy string, size int64) error {
+	sum := func(path string) ([32]byte, int64, error) {
+		f, err := os.Open(path)
+		if err != nil {
+			return [32]byte{}, 0, err
+		}
+		defer f.Close()
+		h := sha256.New()
+		n, err := io.Copy(h, f)
+		return [32]byte(h.Sum(nil)), n, err
+	}
+	want, _, err := sum(src)
+	if err != nil {
+		return err
+	}
+	got, n, err := sum(copy)
+	if err != nil {
+		return fmt.Errorf("the copy: %w", err)
+	}
+	if n != size || got != want {
+		return fmt.Errorf("the copy holds %d bytes (SHA-256 %x), want %d (%x)", n, got[:8], size, want[:8])
+	}
+	return nil
+}
+
+// WriteRandomFile writes size random bytes to path, for CopyThroughput.
+func WriteRandomFile(path string, size int64) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.CopyN(f, rand.Reader, size); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }

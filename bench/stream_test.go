@@ -5,6 +5,8 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -72,5 +74,41 @@ func TestTimedSend(t *testing.T) {
 	}
 	if _, err := timedSend(strings.NewReader("hello\n"), io.Discard, 1<<20); err == nil {
 		t.Fatal("timedSend without ready: no error")
+	}
+}
+
+// TestSameFile: kubectl cp's copy must match its source in size and bytes.
+func TestSameFile(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "src")
+	if err := WriteRandomFile(src, 4096); err != nil {
+		t.Fatal(err)
+	}
+	data, _ := os.ReadFile(src)
+	flipped := append([]byte(nil), data...)
+	flipped[100] ^= 1
+	for _, tt := range []struct {
+		name    string
+		copy    []byte // nil: no copy at all
+		wantErr string
+	}{
+		{"identical", data, ""},
+		{"one bit flipped", flipped, "want 4096"},
+		{"short", data[:4095], "holds 4095 bytes"},
+		{"empty", []byte{}, "holds 0 bytes"},
+		{"missing", nil, "the copy"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			dst := filepath.Join(t.TempDir(), "copy")
+			if tt.copy != nil {
+				if err := os.WriteFile(dst, tt.copy, 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			err := sameFile(src, dst, 4096)
+			if tt.wantErr == "" && err != nil || tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
+				t.Fatalf("sameFile: %v, want %q", err, tt.wantErr)
+			}
+		})
 	}
 }

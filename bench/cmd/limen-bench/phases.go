@@ -300,6 +300,10 @@ var streamKinds = []streamKind{
 	{"exec output (text)", "SPDY", "down", []string{"KUBECTL_REMOTE_COMMAND_WEBSOCKETS=false"}, ""},
 	{"exec input", "WebSocket", "up", []string{"KUBECTL_REMOTE_COMMAND_WEBSOCKETS=true"}, ""},
 	{"exec input", "SPDY", "up", []string{"KUBECTL_REMOTE_COMMAND_WEBSOCKETS=false"}, ""},
+	{"cp", "WebSocket", "down", []string{"KUBECTL_REMOTE_COMMAND_WEBSOCKETS=true"}, ""},
+	{"cp", "WebSocket", "up", []string{"KUBECTL_REMOTE_COMMAND_WEBSOCKETS=true"}, ""},
+	{"cp", "SPDY", "down", []string{"KUBECTL_REMOTE_COMMAND_WEBSOCKETS=false"}, ""},
+	{"cp", "SPDY", "up", []string{"KUBECTL_REMOTE_COMMAND_WEBSOCKETS=false"}, ""},
 	{"port-forward", "SPDY in WebSocket", "down", []string{"KUBECTL_PORT_FORWARD_WEBSOCKETS=true"}, ""},
 	{"port-forward", "SPDY in WebSocket", "up", []string{"KUBECTL_PORT_FORWARD_WEBSOCKETS=true"}, ""},
 	{"port-forward", "SPDY", "down", []string{"KUBECTL_PORT_FORWARD_WEBSOCKETS=false"}, "stream-pf-spdy"},
@@ -310,6 +314,11 @@ var streamKinds = []streamKind{
 // through Limen, and the size of the recordings the Limen exec output runs
 // left.
 func streams(ctx context.Context, c config, s *setup, r *bench.Results) {
+	// kubectl cp's file, random bytes: the pods share this host's files.
+	s.copySource = filepath.Join(s.env.Dir, "cp-source")
+	if err := bench.WriteRandomFile(s.copySource, c.streamSize); err != nil {
+		r.Notes = append(r.Notes, "kubectl cp not measured: "+err.Error())
+	}
 	for _, kind := range streamKinds {
 		pair := bench.StreamPair{Name: kind.name, Transport: kind.transport, Direction: kind.direction,
 			Recorded: strings.HasPrefix(kind.name, "exec output")}
@@ -371,6 +380,8 @@ func streams(ctx context.Context, c config, s *setup, r *bench.Results) {
 func streamRun(ctx context.Context, k bench.Kubectl, s *setup, kind streamKind, size int64) (float64, error) {
 	up := kind.direction == "up"
 	switch {
+	case kind.name == "cp":
+		return bench.CopyThroughput(ctx, k, nsPods, execPod, s.copySource, s.env.Dir, size, up)
 	case kind.name == "port-forward" && up:
 		return bench.PortForwardThroughput(ctx, k, nsPods, serverPod, s.sinkPort, size, true)
 	case kind.name == "port-forward":

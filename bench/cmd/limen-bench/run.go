@@ -49,6 +49,7 @@ type setup struct {
 	twoHops            target
 	twoHopsPID         int
 	zeroPort, sinkPort int
+	copySource         string // the file kubectl cp moves (streams)
 	// The proxy's and worker's pprof addresses (--debug-listen), and where
 	// their profiles are written.
 	proxyDebug, workerDebug string
