@@ -191,7 +191,7 @@ func (r *Results) streamTable(w io.Writer) {
 	if len(r.Streams) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "\n## Streams\n\n%s per run, median of %d runs, MiB/s from the first byte to the last. "+
+	fmt.Fprintf(w, "\n## Streams\n\n%s per run, median of %d runs, MiB/s from the first byte to the last (kubectl cp: over the whole kubectl run). "+
 		"\"Down\" is from the pod to kubectl, \"up\" from kubectl to the pod. The recording ratio is the bytes of the recordings "+
 		"the Limen runs left over the bytes of output they carried (stdin and port-forward are counted and audited, not recorded). "+
 		"CPU is the proxy's and the worker's CPU time per MiB during the Limen runs (a recording's upload may run on into the next row).\n\n",
