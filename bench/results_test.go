@@ -111,12 +111,15 @@ func TestStreamGoals(t *testing.T) {
 		{Name: "exec output (binary)", Transport: "WebSocket", Direction: "down", Direct: 100, Limen: 80, Recorded: true, RecordingRatio: 2.4},
 		{Name: "exec input", Transport: "SPDY", Direction: "up", Direct: 100, Limen: 10},
 		{Name: "port-forward", Transport: "SPDY", Direction: "up", Direct: 100, Limen: 84},
-		{Name: "cp", Transport: "SPDY", Direction: "up", Direct: 100, Limen: 86},
+		{Name: "cp", Transport: "SPDY", Direction: "up", Direct: 100, Limen: 86, OneHop: 97, TwoHops: 91},
 		{Name: "exec output (text)", Transport: "SPDY", Direction: "down", Direct: 100, Limen: 99, Recorded: true, RecordingRatio: 1.6},
 	}}
 	got := map[string]bool{}
 	for _, g := range r.Goals() {
 		got[g.Text] = g.Met
+		if strings.Contains(g.Text, "(cp, SPDY, up)") && g.Figure != "86% (one careless hop 97%, two careless hops 91%)" {
+			t.Errorf("%s: figure %q, want the careless hops beside Limen's 86%%", g.Text, g.Figure)
+		}
 	}
 	want := map[string]bool{
 		"Stream throughput ≥ 85% of direct (exec output (text), WebSocket, down)":    true,
@@ -139,20 +142,21 @@ func TestStreamGoals(t *testing.T) {
 	}
 }
 
-// TestStreamTable: one row per stream with direct, Limen, the ratio and the
-// recording ratio; an error shows instead of a ratio.
+// TestStreamTable: one row per stream with direct, the careless hops, Limen,
+// the ratio and the recording ratio; an error shows instead of a ratio.
 func TestStreamTable(t *testing.T) {
 	r := &Results{StreamSize: 32 << 20, StreamRuns: 1, Streams: []StreamPair{
 		{Name: "exec output (text)", Transport: "WebSocket", Direction: "down", Direct: 100, Limen: 50, Recorded: true, RecordingRatio: 1.12,
-			ProxyCPU: 2500 * time.Microsecond, WorkerCPU: 4 * time.Millisecond},
-		{Name: "port-forward", Transport: "SPDY in WebSocket", Direction: "up", Direct: 100, Limen: 0, Err: "limen: broken"},
+			OneHop: 90, TwoHops: 80, ProxyCPU: 2500 * time.Microsecond, WorkerCPU: 4 * time.Millisecond},
+		{Name: "port-forward", Transport: "SPDY in WebSocket", Direction: "up", Direct: 100, Limen: 0, Err: "limen: broken",
+			OneHop: 95, HopErr: "two-hops: refused"},
 	}}
 	var b bytes.Buffer
 	r.Markdown(&b)
 	out := b.String()
 	for _, want := range []string{
-		"| exec output (text) | WebSocket | down | 100.0 | 50.0 | 0.50× | 1.12× | 2.5 ms, 4.0 ms |",
-		"| port-forward | SPDY in WebSocket | up | 100.0 | 0.0 (error: limen: broken) | — | not recorded | — |",
+		"| exec output (text) | WebSocket | down | 100.0 | 90.0 (0.90×) | 80.0 (0.80×) | 50.0 | 0.50× | 1.12× | 2.5 ms, 4.0 ms |",
+		"| port-forward | SPDY in WebSocket | up | 100.0 | 95.0 (0.95×) | — (error: two-hops: refused) | 0.0 (error: limen: broken) | — | not recorded | — |",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks row %q:\n%s", want, out)

@@ -322,8 +322,22 @@ func streams(ctx context.Context, c config, s *setup, r *bench.Results) {
 	for _, kind := range streamKinds {
 		pair := bench.StreamPair{Name: kind.name, Transport: kind.transport, Direction: kind.direction,
 			Recorded: strings.HasPrefix(kind.name, "exec output")}
-		for _, t := range []target{s.direct, s.limen} {
+		for _, t := range []target{s.direct, s.baseline, s.twoHops, s.limen} {
 			k := bench.Kubectl{Path: c.kubectl, Kubeconfig: t.kubeconfig, Env: kind.env}
+			if t.name != "direct" && t.name != "limen" {
+				// A careless hop: its rate alone, the floor beside Limen's.
+				rate, err := hopStream(ctx, c, k, s, kind)
+				if err != nil {
+					pair.HopErr = fmt.Sprintf("%s: %v", t.name, err)
+				}
+				if t.name == s.baseline.name {
+					pair.OneHop = rate
+				} else {
+					pair.TwoHops = rate
+				}
+				progress(os.Stderr, "%-6s %s: %.1f MiB/s %v", t.name, pair.Label(), rate, err)
+				continue
+			}
 			var wait func() (bench.Profile, error)
 			if c.profile && t.name == "limen" && kind.profile != "" {
 				wait = profileDuring(ctx, s, "Stream throughput: "+pair.Label(), kind.profile,
@@ -374,6 +388,19 @@ func streams(ctx context.Context, c config, s *setup, r *bench.Results) {
 		}
 		r.Streams = append(r.Streams, pair)
 	}
+}
+
+// hopStream is the median MiB/s of c.streamRuns runs of kind through k.
+func hopStream(ctx context.Context, c config, k bench.Kubectl, s *setup, kind streamKind) (float64, error) {
+	var rates []float64
+	for range c.streamRuns {
+		rate, err := streamRun(ctx, k, s, kind, c.streamSize)
+		if err != nil {
+			return bench.Median(rates), err
+		}
+		rates = append(rates, rate)
+	}
+	return bench.Median(rates), nil
 }
 
 // streamRun moves size bytes once as kind says and returns MiB/s.
