@@ -80,9 +80,12 @@ func serveBaseline(args []string) error {
 	}
 	// An upgrade (exec, port-forward) goes upstream over HTTP/1.1, the only
 	// protocol that upgrades: a careless proxy still carries streams.
-	upgrades := transport.Clone()
-	upgrades.ForceAttemptHTTP2 = false
-	upgrades.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
+	// (Not transport.Clone: Clone sets HTTP/2 up first, and its TLS config
+	// would still offer h2.)
+	upgrades := &http.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12, NextProtos: []string{"http/1.1"}},
+		TLSNextProto:    map[string]func(string, *tls.Conn) http.RoundTripper{},
+	}
 	rp := &httputil.ReverseProxy{
 		Transport:     byUpgrade{plain: transport, upgrade: upgrades},
 		FlushInterval: -1, // watches
@@ -188,11 +191,12 @@ func startBaseline(ctx context.Context, dir, name, server, caFile, tokenFile str
 }
 
 // kubeconfigFor is a kubeconfig for a careless proxy at server, trusted by
-// its certificate, with no credentials: the proxy sends its own.
+// its certificate. Its token is a stand-in that the proxy replaces with its
+// own; without one kubectl would prompt for a user name.
 func kubeconfigFor(server string, caPEM []byte) clientcmdapi.Config {
 	return clientcmdapi.Config{
 		Clusters:       map[string]*clientcmdapi.Cluster{"careless": {Server: server, CertificateAuthorityData: caPEM}},
-		AuthInfos:      map[string]*clientcmdapi.AuthInfo{"careless": {}},
+		AuthInfos:      map[string]*clientcmdapi.AuthInfo{"careless": {Token: "replaced-by-the-careless-proxy"}},
 		Contexts:       map[string]*clientcmdapi.Context{"careless": {Cluster: "careless", AuthInfo: "careless"}},
 		CurrentContext: "careless",
 	}
