@@ -335,7 +335,7 @@ func streams(ctx context.Context, c config, s *setup, r *bench.Results) {
 				} else {
 					pair.TwoHops = rate
 				}
-				progress(os.Stderr, "%-6s %s: %.1f MiB/s %v", t.name, pair.Label(), rate, err)
+				progress(os.Stderr, "%-6s %s: %.1f MiB/s %s", t.name, pair.Label(), rate, pair.HopErr)
 				continue
 			}
 			var wait func() (bench.Profile, error)
