@@ -286,9 +286,9 @@ func (r *Results) hopTable(w io.Writer) {
 			return fmt.Sprintf("%.0f (%s)", c.Throughput(), times(ratio(c.Throughput(), h.Direct.Throughput())))
 		}
 		fmt.Fprintf(w, "| %s: requests/s (of direct) | %.0f | %s | %s | %s |\n", name, h.Direct.Throughput(), tp(h.One), tp(h.Two), tp(h.Via))
-		api := float64(h.APIServer) / float64(max(1, h.Direct.Hist.Len()))
+		api := h.APIServerPerRequest()
 		per := func(d time.Duration, c *Cell) string {
-			v := float64(d) / float64(max(1, c.Hist.Len()))
+			v := PerRequest(d, c)
 			share := "—"
 			if api > 0 {
 				share = fmt.Sprintf("%.0f%%", 100*v/api)

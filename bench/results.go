@@ -352,7 +352,16 @@ func (r *Results) hop(op string, c int) *HopRow {
 // TwoShare is two careless hops' CPU per request over the API server's per
 // request during the direct cell (admin, no impersonation).
 func (h HopRow) TwoShare() float64 {
-	return ratio(float64(h.TwoCPU)/float64(max(1, h.Two.Hist.Len())), float64(h.APIServer)/float64(max(1, h.Direct.Hist.Len())))
+	return ratio(PerRequest(h.TwoCPU, h.Two), h.APIServerPerRequest())
+}
+
+// APIServerPerRequest is the API server's CPU per request of the direct
+// cell, in nanoseconds.
+func (h HopRow) APIServerPerRequest() float64 { return PerRequest(h.APIServer, h.Direct) }
+
+// PerRequest is cpu over c's requests, in nanoseconds.
+func PerRequest(cpu time.Duration, c *Cell) float64 {
+	return float64(cpu) / float64(max(1, c.Hist.Len()))
 }
 
 // withFloors is a goal's figure followed by the floors it compares with.

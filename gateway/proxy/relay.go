@@ -62,6 +62,14 @@ func sentEvent(r *http.Request, now time.Time, path kpath.Path, info *reqinfo.In
 		SessionID: sr.SessionID, ClientAddr: sr.ClientAddr, Kube: k}
 }
 
+// toWorker points out at the worker: the path below /k8s/CLUSTER, byte for
+// byte as the proxy parsed it, on the tunnel stream's stand-in host.
+func (st *relayState) toWorker(out *http.Request) {
+	out.URL.Scheme, out.URL.Host = "http", "worker"
+	st.path.SetURL(out.URL)
+	out.Host = "worker"
+}
+
 // errAuditUnavailable marks a response dropped because its audit event could
 // not be stored: the user gets 503 and nothing of the response.
 var errAuditUnavailable = errors.New("audit trail unavailable")
@@ -83,12 +91,7 @@ func (k *Kube) relayProxy() *httputil.ReverseProxy {
 func (k *Kube) newRelay() {
 	k.relay = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
-			// The worker sees the path below /k8s/CLUSTER, byte for byte as
-			// the proxy parsed it.
-			st := pr.In.Context().Value(relayKey{}).(*relayState)
-			pr.Out.URL.Scheme, pr.Out.URL.Host = "http", "worker"
-			st.path.SetURL(pr.Out.URL)
-			pr.Out.Host = "worker"
+			pr.In.Context().Value(relayKey{}).(*relayState).toWorker(pr.Out)
 		},
 		Transport:     streamTransport{k: k},
 		FlushInterval: -1,

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 
+	"golang.org/x/net/http/httpguts"
+
 	"github.com/limenhq/limen/gateway/relay"
 )
 
@@ -43,7 +45,7 @@ func (k *Kube) forward(w http.ResponseWriter, r *http.Request, st *relayState) {
 // drops (hop-by-hop, Forwarded, X-Forwarded-*) in place.
 func (k *Kube) relayStream(w http.ResponseWriter, r *http.Request, st *relayState) (io.ReadCloser, *http.ResponseController) {
 	h := r.Header
-	trailers := hasToken(h["Te"], "trailers")
+	trailers := httpguts.HeaderValuesContainsToken(h["Te"], "trailers")
 	relay.DropHopHeaders(h)
 	if trailers {
 		h.Set("Te", "trailers")
@@ -55,9 +57,8 @@ func (k *Kube) relayStream(w http.ResponseWriter, r *http.Request, st *relayStat
 		h.Set("User-Agent", "") // so that Write sends none, not Go's
 	}
 	u := *r.URL
-	u.Scheme, u.Host = "http", "worker"
-	st.path.SetURL(&u) // the path below /k8s/CLUSTER, byte for byte (newRelay's Rewrite)
-	r.URL, r.Host, r.Close = &u, "worker", false
+	r.URL, r.Close = &u, false
+	st.toWorker(r)
 	if r.ContentLength == 0 {
 		r.Body = nil
 	}
@@ -89,18 +90,6 @@ func plainQuery(q string) bool {
 	}
 	_, err := url.ParseQuery(q)
 	return err == nil
-}
-
-// hasToken reports whether the comma-separated header values hold token.
-func hasToken(values []string, token string) bool {
-	for _, v := range values {
-		for part := range strings.SplitSeq(v, ",") {
-			if strings.EqualFold(strings.TrimSpace(part), token) {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // errStreamRelayed tells the ErrorHandler, as errUpgraded does, that the

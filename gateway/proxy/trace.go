@@ -46,14 +46,10 @@ func (k *Kube) startRequestSpan(r *http.Request) (context.Context, trace.Span) {
 	}
 	delete(r.Header, "Tracestate")
 	if k.Tracer == nil {
-		return r.Context(), noSpan
+		return r.Context(), telemetry.NoSpan
 	}
 	return k.tracer().Start(r.Context(), "limen.proxy.request", opts...)
 }
-
-// noSpan is every span of a proxy without tracing: no context, span or
-// attribute is made for it per request.
-var noSpan = trace.SpanFromContext(context.Background())
 
 // clusterLabel is the metric label of cluster: its name when KnownCluster
 // knows it, else telemetry.UnknownCluster.
@@ -67,7 +63,7 @@ func (k *Kube) clusterLabel(cluster string) string {
 // step starts a child span of the request's for one step of it.
 func (k *Kube) step(ctx context.Context, name string) (context.Context, trace.Span) {
 	if k.Tracer == nil {
-		return ctx, noSpan
+		return ctx, telemetry.NoSpan
 	}
 	return k.tracer().Start(ctx, name)
 }

@@ -392,7 +392,7 @@ func (r *Registry) Get(id string) (Info, bool) {
 	if l == nil {
 		defer r.mu.Unlock()
 		for k := r.n - 1; k >= 0; k-- { // most recent first, as List
-			if i := r.recent[(r.at+k)%len(r.recent)]; i.ID == id {
+			if i := r.recentAt(k); i.ID == id {
 				return i, true
 			}
 		}
@@ -412,7 +412,7 @@ func (r *Registry) List() []Info {
 	}
 	recent := make([]Info, 0, r.n)
 	for k := r.n - 1; k >= 0; k-- {
-		recent = append(recent, r.recent[(r.at+k)%len(r.recent)])
+		recent = append(recent, r.recentAt(k))
 	}
 	r.mu.Unlock()
 	out := make([]Info, 0, len(live)+len(recent))
@@ -422,6 +422,10 @@ func (r *Registry) List() []Info {
 	slices.SortFunc(out, func(a, b Info) int { return cmp.Or(a.Start.Compare(b.Start), cmp.Compare(a.ID, b.ID)) })
 	return append(out, recent...)
 }
+
+// recentAt is the k-th oldest of the recently ended sessions held (k < r.n);
+// r.mu is held.
+func (r *Registry) recentAt(k int) Info { return r.recent[(r.at+k)%len(r.recent)] }
 
 // Close refuses new sessions, ends the live ones with ReasonShutdown and
 // waits until every session's end has been reported (Config.OnEnd), those

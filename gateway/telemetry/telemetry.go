@@ -140,6 +140,10 @@ func Sampler(ratio float64) sdktrace.Sampler {
 	return sdktrace.ParentBased(sdktrace.TraceIDRatioBased(ratio))
 }
 
+// NoSpan is every span of a hop without a tracer: no context, span or
+// attribute is made for it per request.
+var NoSpan = trace.SpanFromContext(context.Background())
+
 // OrNoop returns tr, or a tracer that records nothing when tr is nil: a
 // hop's Tracer field may stay unset.
 func OrNoop(tr trace.Tracer) trace.Tracer {

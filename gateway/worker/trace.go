@@ -30,7 +30,7 @@ func (h *Handler) startRequestSpan(ctx context.Context, preq grant.Request) (con
 	if h.Tracer == nil {
 		// No span of the worker's own, but the proxy's still reaches the
 		// API server (injectTrace): its spans join the proxy's trace.
-		return ctx, noSpan
+		return ctx, telemetry.NoSpan
 	}
 	return h.tracer().Start(ctx, "limen.worker.request", trace.WithSpanKind(trace.SpanKindServer),
 		trace.WithAttributes(attribute.String("limen.cluster", h.Cluster.Name), attribute.String("limen.session", preq.SessionID)))
@@ -39,14 +39,10 @@ func (h *Handler) startRequestSpan(ctx context.Context, preq grant.Request) (con
 // startSpan starts a child span of the request's for one step.
 func (h *Handler) startSpan(ctx context.Context, name string, kind trace.SpanKind) (context.Context, trace.Span) {
 	if h.Tracer == nil {
-		return ctx, noSpan
+		return ctx, telemetry.NoSpan
 	}
 	return h.tracer().Start(ctx, name, trace.WithSpanKind(kind))
 }
-
-// noSpan is every span of a worker without tracing: no context, span or
-// attribute is made for it per request.
-var noSpan = trace.SpanFromContext(context.Background())
 
 // injectTrace puts ctx's span in out's traceparent header, so that the API
 // server's own spans (its --tracing-config-file) join the trace. A client's

@@ -72,8 +72,9 @@ func serveBaseline(args []string) error {
 		return fmt.Errorf("-token: %w", err)
 	}
 	bearer := "Bearer " + strings.TrimSpace(string(token))
+	upstreamTLS := &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
 	transport := &http.Transport{
-		TLSClientConfig:     &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12},
+		TLSClientConfig:     upstreamTLS,
 		ForceAttemptHTTP2:   true,
 		MaxIdleConnsPerHost: 100,
 		IdleConnTimeout:     90 * time.Second,
@@ -82,8 +83,10 @@ func serveBaseline(args []string) error {
 	// protocol that upgrades: a careless proxy still carries streams.
 	// (Not transport.Clone: Clone sets HTTP/2 up first, and its TLS config
 	// would still offer h2.)
+	h1 := upstreamTLS.Clone()
+	h1.NextProtos = []string{"http/1.1"}
 	upgrades := &http.Transport{
-		TLSClientConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12, NextProtos: []string{"http/1.1"}},
+		TLSClientConfig: h1,
 		TLSNextProto:    map[string]func(string, *tls.Conn) http.RoundTripper{},
 	}
 	rp := &httputil.ReverseProxy{

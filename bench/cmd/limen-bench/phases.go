@@ -326,7 +326,8 @@ func streams(ctx context.Context, c config, s *setup, r *bench.Results) {
 			k := bench.Kubectl{Path: c.kubectl, Kubeconfig: t.kubeconfig, Env: kind.env}
 			if t.name != "direct" && t.name != "limen" {
 				// A careless hop: its rate alone, the floor beside Limen's.
-				rate, err := hopStream(ctx, c, k, s, kind)
+				rates, err := streamRuns(ctx, c, k, s, kind)
+				rate := bench.Median(rates)
 				if err != nil {
 					pair.HopErr = fmt.Sprintf("%s: %v", t.name, err)
 				}
@@ -345,14 +346,9 @@ func streams(ctx context.Context, c config, s *setup, r *bench.Results) {
 			}
 			before, cpu0 := recordings(s), cpu(s)
 			machine0, machineErr := bench.ReadMachineCPU()
-			var rates []float64
-			for range c.streamRuns {
-				rate, err := streamRun(ctx, k, s, kind, c.streamSize)
-				if err != nil {
-					pair.Err = fmt.Sprintf("%s: %v", t.name, err)
-					break
-				}
-				rates = append(rates, rate)
+			rates, err := streamRuns(ctx, c, k, s, kind)
+			if err != nil {
+				pair.Err = fmt.Sprintf("%s: %v", t.name, err)
 			}
 			// Read before the profile's end is waited for: the machine's
 			// figures are of the runs alone.
@@ -390,17 +386,18 @@ func streams(ctx context.Context, c config, s *setup, r *bench.Results) {
 	}
 }
 
-// hopStream is the median MiB/s of c.streamRuns runs of kind through k.
-func hopStream(ctx context.Context, c config, k bench.Kubectl, s *setup, kind streamKind) (float64, error) {
+// streamRuns runs kind c.streamRuns times through k and returns each run's
+// MiB/s, up to the first run that failed and its error.
+func streamRuns(ctx context.Context, c config, k bench.Kubectl, s *setup, kind streamKind) ([]float64, error) {
 	var rates []float64
 	for range c.streamRuns {
 		rate, err := streamRun(ctx, k, s, kind, c.streamSize)
 		if err != nil {
-			return bench.Median(rates), err
+			return rates, err
 		}
 		rates = append(rates, rate)
 	}
-	return bench.Median(rates), nil
+	return rates, nil
 }
 
 // streamRun moves size bytes once as kind says and returns MiB/s.
