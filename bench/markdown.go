@@ -194,12 +194,13 @@ func (r *Results) streamTable(w io.Writer) {
 	fmt.Fprintf(w, "\n## Streams\n\n%s per run, median of %d runs, MiB/s from the first byte to the last (kubectl cp: over the whole kubectl run). "+
 		"\"Down\" is from the pod to kubectl, \"up\" from kubectl to the pod. The recording ratio is the bytes of the recordings "+
 		"the Limen runs left over the bytes of output they carried (stdin and port-forward are counted and audited, not recorded). "+
-		"CPU is the proxy's and the worker's CPU time per MiB during the Limen runs (a recording's upload may run on into the next row). "+
+		"CPU is the proxy's and the worker's CPU time per MiB during the Limen runs (a recording's upload may run on into the next row), "+
+		"and the careless hops' own processes' during theirs (two hops: both processes). "+
 		"The careless hops (the baseline, and a second one in front of it) carry the same streams and record nothing: the floor of a "+
 		"one- and a two-hop gateway on this machine.\n\n",
 		mib(r.StreamSize), r.StreamRuns)
-	fmt.Fprintln(w, "| Stream | Transport | Direction | Direct | One careless hop (÷ direct) | Two careless hops (÷ direct) | Limen | Limen ÷ direct | Recording ÷ output | CPU per MiB: proxy, worker |")
-	fmt.Fprintln(w, "|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "| Stream | Transport | Direction | Direct | One careless hop (÷ direct) | Two careless hops (÷ direct) | Limen | Limen ÷ direct | Recording ÷ output | CPU per MiB: proxy, worker | CPU per MiB: one, two careless hops |")
+	fmt.Fprintln(w, "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, s := range r.Streams {
 		limen, rt := fmt.Sprintf("%.1f", s.Limen), times(ratio(s.Limen, s.Direct))
 		if s.Err != "" {
@@ -208,6 +209,10 @@ func (r *Results) streamTable(w io.Writer) {
 		cpu := "—"
 		if s.ProxyCPU > 0 || s.WorkerCPU > 0 {
 			cpu = fmt.Sprintf("%.1f ms, %.1f ms", ms(s.ProxyCPU), ms(s.WorkerCPU))
+		}
+		hopCPU := "—"
+		if s.OneHopCPU > 0 || s.TwoHopsCPU > 0 {
+			hopCPU = fmt.Sprintf("%.1f ms, %.1f ms", ms(s.OneHopCPU), ms(s.TwoHopsCPU))
 		}
 		hop := func(rate float64) string {
 			if rate == 0 {
@@ -219,8 +224,8 @@ func (r *Results) streamTable(w io.Writer) {
 		if s.HopErr != "" {
 			two += " (error: " + s.HopErr + ")"
 		}
-		fmt.Fprintf(w, "| %s | %s | %s | %.1f | %s | %s | %s | %s | %s | %s |\n",
-			s.Name, s.Transport, s.Direction, s.Direct, one, two, limen, rt, recordingFigure(s), cpu)
+		fmt.Fprintf(w, "| %s | %s | %s | %.1f | %s | %s | %s | %s | %s | %s | %s |\n",
+			s.Name, s.Transport, s.Direction, s.Direct, one, two, limen, rt, recordingFigure(s), cpu, hopCPU)
 	}
 }
 

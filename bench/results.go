@@ -159,6 +159,10 @@ type StreamPair struct {
 	// during the Limen runs (0: not measured). Unlike the rate, CPU per
 	// byte hardly moves with the machine's load.
 	ProxyCPU, WorkerCPU time.Duration
+	// OneHopCPU and TwoHopsCPU are the careless hops' processes' CPU time
+	// per MiB during their runs (two hops: both processes together; 0: not
+	// measured): what relaying alone costs, beside Limen's.
+	OneHopCPU, TwoHopsCPU time.Duration
 	// DirectMachine and LimenMachine are the whole machine's CPU during
 	// each side's runs (every process on it, the bench's own included), per
 	// MiB carried and as a share of all cores (0: not measured). They show

@@ -147,7 +147,8 @@ func TestStreamGoals(t *testing.T) {
 func TestStreamTable(t *testing.T) {
 	r := &Results{StreamSize: 32 << 20, StreamRuns: 1, Streams: []StreamPair{
 		{Name: "exec output (text)", Transport: "WebSocket", Direction: "down", Direct: 100, Limen: 50, Recorded: true, RecordingRatio: 1.12,
-			OneHop: 90, TwoHops: 80, ProxyCPU: 2500 * time.Microsecond, WorkerCPU: 4 * time.Millisecond},
+			OneHop: 90, TwoHops: 80, ProxyCPU: 2500 * time.Microsecond, WorkerCPU: 4 * time.Millisecond,
+			OneHopCPU: 1500 * time.Microsecond, TwoHopsCPU: 3 * time.Millisecond},
 		{Name: "port-forward", Transport: "SPDY in WebSocket", Direction: "up", Direct: 100, Limen: 0, Err: "limen: broken",
 			OneHop: 95, HopErr: "two-hops: refused"},
 	}}
@@ -155,8 +156,8 @@ func TestStreamTable(t *testing.T) {
 	r.Markdown(&b)
 	out := b.String()
 	for _, want := range []string{
-		"| exec output (text) | WebSocket | down | 100.0 | 90.0 (0.90×) | 80.0 (0.80×) | 50.0 | 0.50× | 1.12× | 2.5 ms, 4.0 ms |",
-		"| port-forward | SPDY in WebSocket | up | 100.0 | 95.0 (0.95×) | — (error: two-hops: refused) | 0.0 (error: limen: broken) | — | not recorded | — |",
+		"| exec output (text) | WebSocket | down | 100.0 | 90.0 (0.90×) | 80.0 (0.80×) | 50.0 | 0.50× | 1.12× | 2.5 ms, 4.0 ms | 1.5 ms, 3.0 ms |",
+		"| port-forward | SPDY in WebSocket | up | 100.0 | 95.0 (0.95×) | — (error: two-hops: refused) | 0.0 (error: limen: broken) | — | not recorded | — | — |",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks row %q:\n%s", want, out)

@@ -325,16 +325,24 @@ func streams(ctx context.Context, c config, s *setup, r *bench.Results) {
 		for _, t := range []target{s.direct, s.baseline, s.twoHops, s.limen} {
 			k := bench.Kubectl{Path: c.kubectl, Kubeconfig: t.kubeconfig, Env: kind.env}
 			if t.name != "direct" && t.name != "limen" {
-				// A careless hop: its rate alone, the floor beside Limen's.
+				// A careless hop: its rate and CPU alone, the floor beside Limen's.
+				pids := []int{s.baselinePID}
+				if t.name != s.baseline.name {
+					pids = append(pids, s.twoHopsPID)
+				}
+				cpu0 := cpuOf(pids)
 				rates, err := streamRuns(ctx, c, k, s, kind)
-				rate := bench.Median(rates)
+				rate, perMiB := bench.Median(rates), time.Duration(0)
+				if carried := float64(len(rates)) * float64(c.streamSize) / (1 << 20); carried > 0 {
+					perMiB = time.Duration(float64(cpuOf(pids)-cpu0) / carried)
+				}
 				if err != nil {
 					pair.HopErr = fmt.Sprintf("%s: %v", t.name, err)
 				}
 				if t.name == s.baseline.name {
-					pair.OneHop = rate
+					pair.OneHop, pair.OneHopCPU = rate, perMiB
 				} else {
-					pair.TwoHops = rate
+					pair.TwoHops, pair.TwoHopsCPU = rate, perMiB
 				}
 				progress(os.Stderr, "%-6s %s: %.1f MiB/s %s", t.name, pair.Label(), rate, pair.HopErr)
 				continue
