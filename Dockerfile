@@ -7,6 +7,8 @@
 FROM golang:1.26 AS build
 WORKDIR /src
 COPY go.mod go.sum ./
+# The patched yamux that go.mod's replace names (third_party/yamux/LIMEN.md).
+COPY third_party/ ./third_party/
 RUN go mod download
 COPY . .
 ARG VERSION=dev

@@ -210,3 +210,5 @@ require (
 )
 
 tool github.com/open-policy-agent/opa
+
+replace github.com/hashicorp/yamux => ./third_party/yamux

@@ -1,3 +1,3 @@
 module github.com/hashicorp/yamux
 
-go 1.20
+go 1.21

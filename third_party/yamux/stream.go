@@ -1,7 +1,6 @@
 package yamux
 
 import (
-	"bytes"
 	"errors"
 	"io"
 	"sync"
@@ -34,7 +33,7 @@ type Stream struct {
 	state     streamState
 	stateLock sync.Mutex
 
-	recvBuf  *bytes.Buffer
+	recvBuf  *recvBuffer // Limen: pooled chunks, not a bytes.Buffer (recvbuf.go)
 	recvLock sync.Mutex
 
 	controlHdr     header
@@ -486,9 +485,6 @@ func (s *Stream) readData(hdr header, flags uint16, conn io.Reader) error {
 		return nil
 	}
 
-	// Wrap in a limited reader
-	conn = &io.LimitedReader{R: conn, N: int64(length)}
-
 	// Copy into buffer
 	s.recvLock.Lock()
 
@@ -499,11 +495,10 @@ func (s *Stream) readData(hdr header, flags uint16, conn io.Reader) error {
 	}
 
 	if s.recvBuf == nil {
-		// Allocate the receive buffer just-in-time to fit the full data frame.
-		// This way we can read in the whole packet without further allocations.
-		s.recvBuf = bytes.NewBuffer(make([]byte, 0, length))
+		s.recvBuf = new(recvBuffer)
 	}
-	copiedLength, err := io.Copy(s.recvBuf, conn)
+	// Limen: exactly the frame's bytes, into pooled chunks (recvbuf.go).
+	copiedLength, err := s.recvBuf.fill(conn, int(length))
 	if err != nil {
 		s.session.logger.Printf("[ERR] yamux: Failed to read stream data: %v", err)
 		s.recvLock.Unlock()
