@@ -141,49 +141,19 @@ func logger(l *slog.Logger) *slog.Logger {
 type stream struct {
 	*yamux.Stream
 	traffic *counters // nil: not counted
-	idle    *idleShrink
 }
 
 func newStream(st *yamux.Stream, traffic *counters) stream {
-	return stream{Stream: st, traffic: traffic, idle: &idleShrink{st: st}}
+	return stream{Stream: st, traffic: traffic}
 }
 
+// Read reads what the peer sent. An idle stream holds no receive buffer:
+// Limen's yamux (third_party/yamux) gives a stream's pooled chunks back as
+// soon as its reader has emptied them.
 func (s stream) Read(p []byte) (int, error) {
 	n, err := s.Stream.Read(p)
 	s.traffic.add(n, 0)
-	if n < shrinkBelow && s.idle != nil {
-		s.idle.arm()
-	}
 	return n, s.mapErr(err)
-}
-
-// shrinkBelow is the read size that marks a trickle (an idle watch's
-// events, a shell's echo), after which a stream's emptied receive buffer
-// is released (idleShrink).
-const shrinkBelow = 4 << 10
-
-// shrinkAfter is how long after a trickle's read the receive buffer is
-// released if it is empty then.
-const shrinkAfter = time.Second
-
-// idleShrink drops yamux's receive buffer of a stream that trickles,
-// instead of keeping its largest frame's worth for the stream's whole life.
-// It does so shrinkAfter after a small read, not at once: a bulk stream's
-// reads are small too whenever they catch up with the sender, and yamux
-// allocates (and zeroes) a whole frame's buffer, megabytes, after each
-// release, which cost the proxy a fifth of its CPU in a port-forward.
-type idleShrink struct {
-	st    *yamux.Stream
-	armed atomic.Bool
-}
-
-func (i *idleShrink) arm() {
-	if i.armed.CompareAndSwap(false, true) {
-		time.AfterFunc(shrinkAfter, func() {
-			i.armed.Store(false)
-			i.st.Shrink() // only if empty
-		})
-	}
 }
 
 func (s stream) Write(p []byte) (int, error) {
