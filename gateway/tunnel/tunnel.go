@@ -156,6 +156,18 @@ func (s stream) Read(p []byte) (int, error) {
 	return n, s.mapErr(err)
 }
 
+// Waker is a tunnel stream that can say when its peer has something for
+// it (data, or the end of the stream or of the tunnel) without a goroutine
+// parked in Read: OnWake runs f, in a goroutine of its own, the first time
+// a Read would no longer block, or at once if one would not now; the
+// returned stop unsets f and reports whether f had not run. A Read after f
+// runs returns what woke it (ErrTunnelClosed for a tunnel that died).
+type Waker interface {
+	OnWake(f func()) (stop func() bool)
+}
+
+var _ Waker = stream{}
+
 func (s stream) Write(p []byte) (int, error) {
 	n, err := s.Stream.Write(p)
 	s.traffic.add(0, n)

@@ -322,7 +322,7 @@ func (x *exchange) respond(ctx context.Context, cancel context.CancelCauseFunc, 
 	if x.br.Buffered() == 0 {
 		rest, x.br = x.stream, nil
 	}
-	go func() {
+	watchPeer := func() {
 		var b [1]byte
 		for {
 			n, err := rest.Read(b[:])
@@ -331,11 +331,22 @@ func (x *exchange) respond(ctx context.Context, cancel context.CancelCauseFunc, 
 				break
 			}
 		}
-	}()
+	}
+	// A tunnel stream starts that read only once it has something to
+	// tell (tunnel.Waker): no goroutine waits for the whole life of a
+	// response, of an idle watch above all, and none at all for a response
+	// that completes first.
+	stopWatch := func() bool { return false }
+	if w, ok := rest.(tunnel.Waker); ok {
+		stopWatch = w.OnWake(watchPeer)
+	} else {
+		go watchPeer()
+	}
 	if s != nil {
 		resp.Body = s.countOut(resp.Body)
 	}
 	err := writeResponse(fw, x.req.Method, resp, x.st.Kind != sessions.KindNone)
+	stopWatch()
 	if err != nil && !w.wrote {
 		s.finish(ctx, audit.EndTunnelClosed, fmt.Errorf("write kube.request to the proxy: %w", err))
 		return

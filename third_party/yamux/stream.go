@@ -56,6 +56,9 @@ type Stream struct {
 	// closeTimer is set with stateLock held to honor the StreamCloseTimeout
 	// setting on Session.
 	closeTimer *time.Timer
+
+	// wake is Limen's: the function OnWake set, if any (wake.go).
+	wake atomic.Pointer[func()]
 }
 
 // newStream is used to construct a new stream within
@@ -456,6 +459,7 @@ func (s *Stream) processFlags(flags uint16) error {
 
 // notifyWaiting notifies all the waiting channels
 func (s *Stream) notifyWaiting() {
+	s.fireWake() // Limen: wake.go
 	asyncNotify(s.recvNotifyCh)
 	asyncNotify(s.sendNotifyCh)
 	asyncNotify(s.establishCh)
@@ -510,6 +514,7 @@ func (s *Stream) readData(hdr header, flags uint16, conn io.Reader) error {
 	s.recvLock.Unlock()
 
 	// Unblock any readers
+	s.fireWake() // Limen: wake.go
 	asyncNotify(s.recvNotifyCh)
 	return nil
 }
