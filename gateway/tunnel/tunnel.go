@@ -159,9 +159,10 @@ func (s stream) Read(p []byte) (int, error) {
 // Waker is a tunnel stream that can say when its peer has something for
 // it (data, or the end of the stream or of the tunnel) without a goroutine
 // parked in Read: OnWake runs f, in a goroutine of its own, the first time
-// a Read would no longer block, or at once if one would not now; the
-// returned stop unsets f and reports whether f had not run. A Read after f
-// runs returns what woke it (ErrTunnelClosed for a tunnel that died).
+// a Read parked on the stream would have been woken (the stream closed here
+// wakes one too), or at once if a Read would not block now; the returned
+// stop unsets f and reports whether f had not run. f reads as the parked
+// Read would have: a tunnel that died reads as ErrTunnelClosed.
 type Waker interface {
 	OnWake(f func()) (stop func() bool)
 }
