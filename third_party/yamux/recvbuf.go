@@ -94,18 +94,13 @@ func (b *recvBuffer) Read(p []byte) (int, error) {
 }
 
 // dropHead gives the emptied first chunk back to the pool, and moves the
-// chunks down once half the slice is spent.
+// chunks down once half the slice is spent. (When it was the last chunk,
+// nothing is unread and Read's releaseIfEmpty resets the buffer.)
 func (b *recvBuffer) dropHead() {
 	chunkPool.Put(b.chunks[b.head])
 	b.chunks[b.head] = nil
 	b.head++
 	b.off = 0
-	if b.head == len(b.chunks) {
-		// The write chunk itself was full and read: the next fill takes
-		// another.
-		b.chunks, b.head, b.end = b.chunks[:0], 0, 0
-		return
-	}
 	if b.head > len(b.chunks)/2 {
 		k := copy(b.chunks, b.chunks[b.head:])
 		clear(b.chunks[k:])

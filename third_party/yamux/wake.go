@@ -38,8 +38,12 @@ func (s *Stream) woken() bool {
 	return s.recvBuf != nil && s.recvBuf.Len() > 0
 }
 
-// fireWake runs the function OnWake set, once.
+// fireWake runs the function OnWake set, once. It is on every data frame's
+// path: a plain load first, the swap only when a function is set.
 func (s *Stream) fireWake() {
+	if s.wake.Load() == nil {
+		return
+	}
 	if p := s.wake.Swap(nil); p != nil {
 		go (*p)()
 	}
